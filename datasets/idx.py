@@ -1,0 +1,53 @@
+"""Reader for the IDX format used by MNIST and Fashion-MNIST (plain or gzip)."""
+
+from __future__ import annotations
+
+import gzip
+import struct
+from pathlib import Path
+
+import numpy as np
+
+_DTYPES = {0x08: np.uint8, 0x09: np.int8, 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
+
+
+def read_idx(path: str | Path) -> np.ndarray:
+    """Read one IDX file; checks the magic number and the declared sizes."""
+    path = Path(path)
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rb") as fh:
+        data = fh.read()
+    if len(data) < 4:
+        raise ValueError(f"{path}: too short to be an IDX file ({len(data)} bytes)")
+    zero, dtype_code, ndim = struct.unpack(">HBB", data[:4])
+    if zero != 0 or dtype_code not in _DTYPES:
+        raise ValueError(f"{path}: not an IDX file (bad magic {data[:4].hex()})")
+    header_end = 4 + 4 * ndim
+    shape = struct.unpack(f">{ndim}I", data[4:header_end])
+    dtype = np.dtype(_DTYPES[dtype_code])
+    expected = int(np.prod(shape)) * dtype.itemsize
+    if len(data) - header_end != expected:
+        raise ValueError(f"{path}: header says {expected} payload bytes, file has {len(data) - header_end}")
+    return np.frombuffer(data, dtype=dtype, offset=header_end).reshape(shape).astype(dtype.newbyteorder("="))
+
+
+def find_idx(directory: Path, stem: str) -> Path | None:
+    """Find ``stem`` or ``stem.gz`` in ``directory`` or its torchvision-style ``raw/`` subfolder."""
+    for sub in (directory, directory / "raw", directory / "MNIST" / "raw", directory / "FashionMNIST" / "raw"):
+        for name in (stem, stem + ".gz"):
+            p = sub / name
+            if p.is_file():
+                return p
+    return None
+
+
+def load_idx_pair(directory: Path, prefix: str) -> tuple[np.ndarray, np.ndarray] | None:
+    """Load ``{prefix}-images-idx3-ubyte`` and ``{prefix}-labels-idx1-ubyte``; None if absent."""
+    xi = find_idx(directory, f"{prefix}-images-idx3-ubyte")
+    yi = find_idx(directory, f"{prefix}-labels-idx1-ubyte")
+    if xi is None or yi is None:
+        return None
+    x, y = read_idx(xi), read_idx(yi).astype(np.int64)
+    if len(x) != len(y):
+        raise ValueError(f"{directory}: {len(x)} images but {len(y)} labels for '{prefix}'")
+    return x, y

@@ -1,0 +1,89 @@
+"""Client partitioners (registry): IID and Dirichlet label skew."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+Partitioner = Callable[..., list[np.ndarray]]
+PARTITIONERS: dict[str, Partitioner] = {}
+
+
+def register_partitioner(name: str) -> Callable[[Partitioner], Partitioner]:
+    """Decorator registering a partitioner; duplicate names are refused."""
+
+    def deco(fn: Partitioner) -> Partitioner:
+        if name in PARTITIONERS:
+            raise ValueError(f"partitioner {name!r} is already registered")
+        PARTITIONERS[name] = fn
+        return fn
+
+    return deco
+
+
+def _check(labels: np.ndarray, num_clients: int) -> None:
+    if num_clients < 1:
+        raise ValueError(f"num_clients must be >= 1, got {num_clients}")
+    if num_clients > len(labels):
+        raise ValueError(f"num_clients ({num_clients}) is larger than the number of samples ({len(labels)})")
+
+
+@register_partitioner("iid")
+def iid_partition(labels: np.ndarray, num_clients: int, rng: np.random.Generator) -> list[np.ndarray]:
+    """Shuffle and deal the samples into ``num_clients`` nearly equal parts."""
+    _check(labels, num_clients)
+    return [np.sort(p) for p in np.array_split(rng.permutation(len(labels)), num_clients)]
+
+
+@register_partitioner("dirichlet")
+def dirichlet_partition(
+    labels: np.ndarray,
+    num_clients: int,
+    rng: np.random.Generator,
+    alpha: float = 0.5,
+    min_size: int = 1,
+    max_attempts: int = 1000,
+    prior: np.ndarray | None = None,
+) -> list[np.ndarray]:
+    """Label-skewed partition: for each class c, proportions q_c ~ Dir(alpha * prior) over clients.
+
+    Standard construction (Hsu et al., 2019; used by the seed paper with alpha = 0.5).
+    Draws are repeated (same generator, so reproducible) until every client has at least
+    ``min_size`` samples, so that no client is left empty.
+    """
+    _check(labels, num_clients)
+    if not alpha > 0:
+        raise ValueError(f"alpha must be > 0, got {alpha}")
+    if num_clients * min_size > len(labels):
+        raise ValueError(f"cannot give {num_clients} clients >= {min_size} samples each from {len(labels)}")
+    labels = np.asarray(labels)
+    classes = np.unique(labels)
+    conc = alpha * (np.ones(num_clients) if prior is None else np.asarray(prior, dtype=float))
+    for _ in range(max_attempts):
+        buckets: list[list[np.ndarray]] = [[] for _ in range(num_clients)]
+        for c in classes:
+            idx = rng.permutation(np.flatnonzero(labels == c))
+            q = rng.dirichlet(conc)
+            cuts = (np.cumsum(q) * len(idx)).astype(int)[:-1]
+            for k, part in enumerate(np.split(idx, cuts)):
+                buckets[k].append(part)
+        parts = [np.sort(np.concatenate(b)).astype(np.int64) for b in buckets]
+        if min(len(p) for p in parts) >= min_size:
+            return parts
+    raise RuntimeError(
+        f"Dirichlet(alpha={alpha}) left a client with < {min_size} samples in {max_attempts} draws; "
+        "use fewer clients, more data or a larger alpha"
+    )
+
+
+def partition(name: str, labels: np.ndarray, num_clients: int, seed: int, **kwargs: object) -> list[np.ndarray]:
+    """Run a registered partitioner with a generator derived from ``seed``."""
+    if name not in PARTITIONERS:
+        raise ValueError(f"unknown partitioner {name!r}; allowed: {sorted(PARTITIONERS)}")
+    return PARTITIONERS[name](labels, num_clients, np.random.default_rng([seed, 3]), **kwargs)
+
+
+def class_counts(labels: np.ndarray, parts: list[np.ndarray], num_classes: int) -> np.ndarray:
+    """Per-client class counts, shape (num_clients, num_classes)."""
+    return np.stack([np.bincount(labels[p], minlength=num_classes) for p in parts])

@@ -1,0 +1,33 @@
+"""Name -> loader registry for image datasets (refuses duplicate names)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from datasets.base import ArrayDataset
+from datasets.sources import load_cifar10, load_fashion_mnist, load_mnist, load_mnist_idx, load_mnist_subset
+
+Loader = Callable[[str | Path | None], ArrayDataset]
+DATASETS: dict[str, Loader] = {}
+
+
+def register_dataset(name: str, loader: Loader) -> None:
+    """Register ``loader`` under ``name``; a second registration of the same name is an error."""
+    if name in DATASETS:
+        raise ValueError(f"dataset {name!r} is already registered")
+    DATASETS[name] = loader
+
+
+register_dataset("mnist", load_mnist)  # full if present, else the offline subset
+register_dataset("mnist-full", load_mnist_idx)
+register_dataset("mnist-5k", lambda _d=None: load_mnist_subset())
+register_dataset("fashion-mnist", load_fashion_mnist)
+register_dataset("cifar10", load_cifar10)
+
+
+def load_dataset(name: str, data_dir: str | Path | None = None) -> ArrayDataset:
+    """Load a registered dataset by name."""
+    if name not in DATASETS:
+        raise ValueError(f"unknown dataset {name!r}; allowed: {sorted(DATASETS)}")
+    return DATASETS[name](data_dir)

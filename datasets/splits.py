@@ -1,0 +1,85 @@
+"""Stratified splits: the four-way target/shadow split and a stratified holdout."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+# Seed paper, Sec. 3.1: 40,000 target-train, 5,000 target-holdout, 10,000 shadow-train,
+# 5,000 shadow-holdout out of MNIST's 60,000 training images.
+FOUR_WAY_NAMES = ("target_train", "target_holdout", "shadow_train", "shadow_holdout")
+FOUR_WAY_SIZES = (40_000, 5_000, 10_000, 5_000)
+
+
+def _largest_remainder(total: int, fractions: Sequence[float]) -> np.ndarray:
+    raw = np.asarray(fractions, dtype=float) * total
+    counts = np.floor(raw).astype(int)
+    order = np.argsort(-(raw - counts), kind="stable")
+    counts[order[: total - counts.sum()]] += 1
+    return counts
+
+
+def stratified_split(
+    labels: np.ndarray, fractions: Sequence[float], rng: np.random.Generator
+) -> list[np.ndarray]:
+    """Split indices into disjoint parts of the given fractions, class by class.
+
+    Global part sizes are the fractions of ``len(labels)`` rounded by largest remainder;
+    each class is spread over the parts in the same proportions, so label frequencies are
+    preserved in every part up to rounding. Fractions must be positive and sum to <= 1
+    (a remainder, if any, is dropped).
+    """
+    fractions = [float(f) for f in fractions]
+    if any(f <= 0 for f in fractions) or sum(fractions) > 1 + 1e-9:
+        raise ValueError(f"fractions must be > 0 and sum to <= 1, got {fractions}")
+    labels = np.asarray(labels)
+    n = len(labels)
+    rest = max(0.0, 1.0 - sum(fractions))
+    all_fracs = fractions + ([rest] if rest > 1e-12 else [])  # an implicit "dropped" part
+    targets = _largest_remainder(n, all_fracs)
+    classes = np.unique(labels)
+    per_class_idx = {c: rng.permutation(np.flatnonzero(labels == c)) for c in classes}
+    alloc = np.stack([_largest_remainder(len(per_class_idx[c]), all_fracs) for c in classes])
+    # Rounding per class can miss the global part sizes by a few samples: move single samples
+    # of some class from a part that has too many to a part that has too few.
+    while True:
+        diff = targets - alloc.sum(axis=0)
+        if not diff.any():
+            break
+        j_short, j_over = int(np.argmax(diff)), int(np.argmin(diff))
+        i = int(np.argmax(alloc[:, j_over]))
+        alloc[i, j_over] -= 1
+        alloc[i, j_short] += 1
+    parts: list[list[np.ndarray]] = [[] for _ in all_fracs]
+    for i, c in enumerate(classes):
+        start = 0
+        for j, k in enumerate(alloc[i]):
+            parts[j].append(per_class_idx[c][start : start + k])
+            start += k
+    return [np.sort(np.concatenate(p)).astype(np.int64) for p in parts[: len(fractions)]]
+
+
+def four_way_split(labels: np.ndarray, seed: int) -> dict[str, np.ndarray]:
+    """The seed paper's target/shadow split, scaled to ``len(labels)`` when it is not 60,000."""
+    total = sum(FOUR_WAY_SIZES)
+    fractions = [s / total for s in FOUR_WAY_SIZES]
+    parts = stratified_split(labels, fractions, np.random.default_rng([seed, 4]))
+    return dict(zip(FOUR_WAY_NAMES, parts, strict=True))
+
+
+def stratified_holdout(labels: np.ndarray, test_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Stratified (train_idx, test_idx) for sources that have no separate test set."""
+    if not 0 < test_fraction < 1:
+        raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction}")
+    test, train = stratified_split(labels, [test_fraction, 1 - test_fraction], np.random.default_rng([seed, 7]))
+    return train, test
+
+
+def subsample_stratified(labels: np.ndarray, fraction: float, seed: int) -> np.ndarray:
+    """Indices of a stratified ``fraction`` of the data (the sweeps' data-fraction knob)."""
+    if not 0 < fraction <= 1:
+        raise ValueError(f"data fraction must be in (0, 1], got {fraction}")
+    if fraction == 1:
+        return np.arange(len(labels))
+    return stratified_split(labels, [fraction], np.random.default_rng([seed, 11]))[0]

@@ -1,0 +1,1 @@
+"""Flower ServerApp/ClientApp pairs, one subpackage per study, and the root router."""

@@ -1,0 +1,72 @@
+"""Atomic result files: every write goes to a temp file in the same folder, then os.replace."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` so that readers see the old file or the new one, never half."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def atomic_write_text(path: str | Path, text: str) -> None:
+    """Text version of :func:`atomic_write_bytes`."""
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_json(path: str | Path, obj: Any) -> None:
+    """JSON (indented, sorted keys) written atomically."""
+    atomic_write_text(path, json.dumps(obj, indent=1, sort_keys=True, default=_json_default) + "\n")
+
+
+def atomic_write_jsonl(path: str | Path, rows: Iterable[dict]) -> None:
+    """JSON lines written atomically (the whole file each time)."""
+    atomic_write_text(path, "".join(json.dumps(r, sort_keys=True, default=_json_default) + "\n" for r in rows))
+
+
+def read_json(path: str | Path) -> Any:
+    """Read a JSON file."""
+    with open(path, encoding="utf-8") as fh:
+        return json.load(fh)
+
+
+def read_jsonl(path: str | Path) -> list[dict]:
+    """Read a JSON-lines file."""
+    with open(path, encoding="utf-8") as fh:
+        return [json.loads(line) for line in fh if line.strip()]
+
+
+def config_hash(config: dict) -> str:
+    """Short stable hash of a resolved config (identifies a run for resume)."""
+    return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def _json_default(o: Any) -> Any:
+    import numpy as np
+
+    if isinstance(o, np.generic):
+        return o.item()
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    if isinstance(o, Path):
+        return str(o)
+    raise TypeError(f"not JSON serializable: {type(o).__name__}")

@@ -1,0 +1,94 @@
+"""Run-config resolution: defaults < preset < explicit values, validated before any work.
+
+``[tool.flwr.app.config]`` in pyproject.toml holds every run key with its default
+(``RUN_CONFIG_DEFAULTS`` below mirrors it; tests/test_config.py checks they agree).
+Flower hands the ServerApp the *fused* config (defaults with the user's overrides), so a
+preset applies to the keys still at their default: ``preset='smoke' num-rounds=5`` gives
+the smoke preset with 5 rounds. To force a key back to its default value under a preset,
+drop the preset and give the keys explicitly.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+RUN_CONFIG_DEFAULTS: dict[str, Any] = {
+    "study": "dfl-dp",
+    "preset": "paper",
+    "seed": 0,
+    "results-dir": "results",
+    "run-name": "",
+    "dataset": "mnist",
+    "data-dir": "",
+    "data-fraction": 1.0,
+    "num-clients": 100,
+    "num-rounds": 100,
+    "framework": "fl",
+    "dp": True,
+    "clip-norm": 1.0,
+    "eps-cal": 2.0,
+    "delta-cal": 1e-5,
+    "delta-total": 1e-5,
+    "dirichlet-alpha": 0.5,
+    "lr": 0.01,
+    "momentum": 0.9,
+    "weight-decay": 5e-4,
+    "batch-size": 128,
+    "local-epochs": 1,
+    "grad-clip": 10.0,
+    "clients-per-message": 1,
+    "test-fraction": 0.2,
+    "device": "auto",
+}
+
+
+class ConfigError(ValueError):
+    """A run config that cannot run; the message names the key and the allowed values."""
+
+
+def pyproject_defaults(path: str | Path | None = None) -> dict[str, Any]:
+    """``[tool.flwr.app.config]`` of the project's pyproject.toml."""
+    path = Path(path) if path else Path(__file__).resolve().parents[1] / "pyproject.toml"
+    with open(path, "rb") as fh:
+        return tomllib.load(fh)["tool"]["flwr"]["app"]["config"]
+
+
+@dataclass(frozen=True)
+class StudySpec:
+    """What the router needs to know about a study."""
+
+    name: str
+    action: str  # ClientApp action: messages are of type "train.<action>"
+    presets: dict[str, dict[str, Any]]
+    build_config: Any  # Callable[[dict], frozen dataclass], raises ConfigError
+    server_main: Any  # Callable[[Grid, config], dict]  (returns the run summary)
+    client_train: Any  # Callable[[Message, Context], Message]
+
+
+def resolve(raw: dict[str, Any], studies: dict[str, StudySpec]) -> tuple[StudySpec, dict[str, Any]]:
+    """Validate keys, apply the study's preset, and return (spec, flat resolved config)."""
+    unknown = sorted(set(raw) - set(RUN_CONFIG_DEFAULTS))
+    if unknown:
+        raise ConfigError(f"unknown run-config key(s) {unknown}; allowed keys: {sorted(RUN_CONFIG_DEFAULTS)}")
+    study = raw.get("study", RUN_CONFIG_DEFAULTS["study"])
+    if study not in studies:
+        raise ConfigError(f"study={study!r} is not a study; allowed: {sorted(studies)}")
+    spec = studies[study]
+    preset = raw.get("preset", RUN_CONFIG_DEFAULTS["preset"])
+    if preset not in spec.presets:
+        raise ConfigError(f"preset={preset!r} is not a preset of study {study!r}; allowed: {sorted(spec.presets)}")
+    explicit = {k: v for k, v in raw.items() if v != RUN_CONFIG_DEFAULTS[k]}
+    for key, val in explicit.items():
+        default = RUN_CONFIG_DEFAULTS[key]
+        if isinstance(default, bool) and not isinstance(val, bool):
+            raise ConfigError(f"{key} must be true or false, got {val!r}")
+        if isinstance(default, (int, float)) and not isinstance(default, bool):
+            if isinstance(val, bool) or not isinstance(val, (int, float)):
+                raise ConfigError(f"{key} must be a number, got {val!r}")
+        if isinstance(default, str) and not isinstance(val, str):
+            raise ConfigError(f"{key} must be a string, got {val!r}")
+    resolved = {**RUN_CONFIG_DEFAULTS, **spec.presets[preset], **explicit}
+    return spec, resolved

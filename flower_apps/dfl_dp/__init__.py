@@ -1,0 +1,1 @@
+"""Study dfl-dp: centralized FL vs sequential DFL under matched clipping and Gaussian noise."""

@@ -1,0 +1,62 @@
+"""dfl-dp ClientApp logic: play the logical clients a message names, reply with their models."""
+
+from __future__ import annotations
+
+import time
+
+import torch
+from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
+
+from flower_apps.common.torch_utils import pick_device, record_to_state, state_to_record
+from flower_apps.dfl_dp.config import DflDpConfig
+from flower_apps.dfl_dp.data import build_data_plan, data_key
+from flower_apps.dfl_dp.model import build_model
+from flower_apps.dfl_dp.train import client_generator, train_local
+from strategies.records import client_key
+
+
+def train(msg: Message, context: Context) -> Message:
+    """Train every logical client in ``config['client-ids']``.
+
+    FL: each client starts from the received w(t) and its model is returned.
+    Sequential DFL: the clients are links of the chain, in order; each trains the model the
+    previous one produced, and only the token after the last one is returned.
+    """
+    t0 = time.perf_counter()
+    cfg = DflDpConfig.from_json(str(msg.content["config"]["run-config"]))
+    server_round = int(msg.content["config"]["server-round"])
+    client_ids = [int(c) for c in msg.content["config"]["client-ids"]]
+    plan = build_data_plan(data_key(cfg))
+    device = pick_device(cfg.device)
+    received = record_to_state(msg.content["arrays"])
+    c, h, _ = plan.image_shape
+    model = build_model(cfg.seed, c, plan.num_classes, h).to(device)
+    model.load_state_dict(received)
+    out = RecordDict()
+    loss_sum, n_sum = 0.0, 0
+    for cid in client_ids:
+        if cfg.framework == "fl":
+            model.load_state_dict(received)
+        x, y = plan.client_data(cid)
+        torch.manual_seed(client_generator(cfg.seed, server_round, cid).initial_seed())  # dropout masks
+        loss, n = train_local(
+            model, x, y, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay,
+            batch_size=cfg.batch_size, epochs=cfg.local_epochs, grad_clip=cfg.grad_clip,
+            generator=client_generator(cfg.seed, server_round, cid), device=device,
+        )
+        loss_sum += loss * n
+        n_sum += n
+        if cfg.framework == "fl":
+            out[client_key(cid)] = state_to_record(model)
+    if cfg.framework != "fl":
+        out[client_key(client_ids[-1])] = state_to_record(model)
+    out["metrics"] = MetricRecord({
+        "num-examples": n_sum,
+        "train-loss": loss_sum / max(n_sum, 1),
+        "client-ids": client_ids,
+        "train-seconds": time.perf_counter() - t0,
+        "cuda": int(device.type == "cuda"),
+    })
+    return Message(out, reply_to=msg)
+
+

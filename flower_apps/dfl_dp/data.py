@@ -1,0 +1,104 @@
+"""The dfl-dp data plan: test set, four-way split and Dirichlet client partition.
+
+Built identically (and cached per process) by the ServerApp and every ClientApp from the
+config alone, so messages never carry data or indices.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from datasets.partition import class_counts, dirichlet_partition
+from datasets.registry import load_dataset
+from datasets.splits import four_way_split, stratified_holdout, subsample_stratified
+
+log = logging.getLogger(__name__)
+TEST_HOLDOUT_SEED = 0  # the held-out test set (when the source has none) is the same for every seed
+
+
+@dataclass(frozen=True)
+class DataKey:
+    """The config fields the data plan depends on."""
+
+    dataset: str
+    data_dir: str
+    data_fraction: float
+    test_fraction: float
+    seed: int
+    num_clients: int
+    dirichlet_alpha: float
+
+
+@dataclass
+class DataPlan:
+    """Normalized tensors for every part, and each client's indices into target-train."""
+
+    name: str
+    notes: list[str]
+    num_classes: int
+    image_shape: tuple[int, int, int]
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+    x: dict[str, torch.Tensor]  # 'test', 'target_train', 'target_holdout', 'shadow_train', 'shadow_holdout'
+    y: dict[str, torch.Tensor]
+    client_indices: list[np.ndarray]
+
+    def client_data(self, cid: int) -> tuple[torch.Tensor, torch.Tensor]:
+        idx = torch.from_numpy(self.client_indices[cid])
+        return self.x["target_train"][idx], self.y["target_train"][idx]
+
+    def class_counts(self) -> np.ndarray:
+        return class_counts(self.y["target_train"].numpy(), self.client_indices, self.num_classes)
+
+
+def _normalize(x: np.ndarray, mean: tuple[float, ...], std: tuple[float, ...]) -> torch.Tensor:
+    t = torch.from_numpy(x).float().div_(255.0)
+    t = t.unsqueeze(1) if t.ndim == 3 else t.permute(0, 3, 1, 2)
+    m = torch.tensor(mean).view(1, -1, 1, 1)
+    s = torch.tensor(std).view(1, -1, 1, 1)
+    return ((t - m) / s).contiguous()
+
+
+@functools.lru_cache(maxsize=4)
+def build_data_plan(key: DataKey) -> DataPlan:
+    """Load, hold out a test set if needed, subsample, split four ways, partition. Cached."""
+    ds = load_dataset(key.dataset, key.data_dir or None)
+    notes = list(ds.notes)
+    x_all, y_all = ds.x_train, ds.y_train
+    if ds.x_test is None:
+        tr, te = stratified_holdout(y_all, key.test_fraction, TEST_HOLDOUT_SEED)
+        x_test, y_test = x_all[te], y_all[te]
+        x_all, y_all = x_all[tr], y_all[tr]
+        notes.append(f"no separate test set: a stratified {key.test_fraction:.0%} ({len(te)} images) was held out "
+                     "before the four-way split")
+    else:
+        x_test, y_test = ds.x_test, ds.y_test
+    if key.data_fraction < 1:
+        keep = subsample_stratified(y_all, key.data_fraction, key.seed)
+        x_all, y_all = x_all[keep], y_all[keep]
+        notes.append(f"data-fraction {key.data_fraction}: {len(keep)} training images used")
+    parts = four_way_split(y_all, key.seed)
+    tt = parts["target_train"]
+    if key.num_clients > len(tt):
+        raise ValueError(f"num-clients ({key.num_clients}) is larger than the target-train samples ({len(tt)})")
+    clients = dirichlet_partition(y_all[tt], key.num_clients, np.random.default_rng([key.seed, 3]),
+                                  alpha=key.dirichlet_alpha, min_size=1)
+    xs = {"test": _normalize(x_test, ds.mean, ds.std)}
+    ys = {"test": torch.from_numpy(np.asarray(y_test, dtype=np.int64))}
+    for name, idx in parts.items():
+        xs[name] = _normalize(x_all[idx], ds.mean, ds.std)
+        ys[name] = torch.from_numpy(y_all[idx].astype(np.int64))
+    if ds.reduced:
+        log.warning("REDUCED DATASET %s: %s", ds.name, "; ".join(notes))
+    return DataPlan(ds.name, notes, ds.num_classes, ds.image_shape, ds.mean, ds.std, xs, ys, clients)
+
+
+def data_key(cfg) -> DataKey:  # cfg: DflDpConfig (duck-typed to keep this module config-agnostic)
+    """The DataKey of a dfl-dp config."""
+    return DataKey(cfg.dataset, cfg.data_dir, cfg.data_fraction, cfg.test_fraction, cfg.seed, cfg.num_clients,
+                   cfg.dirichlet_alpha)

@@ -1,0 +1,139 @@
+"""dfl-dp ServerApp logic: one run (framework, condition, seed) -> one results folder.
+
+Folder contents: config.json (resolved), rounds.jsonl (per round: test accuracy and loss,
+train loss, clipping, sigma_abs, contributors), summary.json (curve metrics, clipping
+frequency, accounting), class_counts.csv and class_counts.png (the paper's Figure 3).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+from flwr.app import ArrayRecord, MetricRecord
+from flwr.serverapp import Grid
+
+from flower_apps.common.results import atomic_write_json, atomic_write_jsonl, atomic_write_text, config_hash
+from flower_apps.common.torch_utils import pick_device, record_to_state, state_to_record
+from flower_apps.dfl_dp.config import ACTION, DflDpConfig
+from flower_apps.dfl_dp.data import build_data_plan, data_key
+from flower_apps.dfl_dp.metrics import curve_summary
+from flower_apps.dfl_dp.model import build_model
+from flower_apps.dfl_dp.train import evaluate
+from privacy.accounting import account
+from strategies.cohorts import config_record, wait_for_nodes
+from strategies.matched_perturbation import MatchedPerturbation
+from strategies.registry import build_strategy
+
+log = logging.getLogger("flwr")
+
+
+def run_dir(cfg: DflDpConfig) -> Path:
+    """Where a run writes its results."""
+    return Path(cfg.results_dir) / "dfl-dp" / "runs" / (cfg.run_name or cfg.default_run_name)
+
+
+def is_complete(cfg: DflDpConfig) -> bool:
+    """True when this exact config already has a summary (used by sweeps to resume)."""
+    from flower_apps.common.results import read_json
+
+    p = run_dir(cfg) / "summary.json"
+    if not p.is_file():
+        return False
+    try:
+        return read_json(p).get("config_hash") == config_hash(asdict(cfg))
+    except (OSError, ValueError):
+        return False
+
+
+def write_class_counts(plan, out: Path) -> None:
+    """Per-client class counts (CSV) and a stacked-bar plot like the paper's Figure 3."""
+    counts = plan.class_counts()
+    header = "client," + ",".join(f"class_{k}" for k in range(counts.shape[1])) + ",total\n"
+    rows = "".join(f"{i}," + ",".join(map(str, r)) + f",{r.sum()}\n" for i, r in enumerate(counts))
+    atomic_write_text(out / "class_counts.csv", header + rows)
+    from flower_apps.dfl_dp.report import plot_class_counts
+
+    plot_class_counts(counts, out / "class_counts.png")
+
+
+def server_main(grid: Grid, cfg: DflDpConfig) -> dict:
+    """Run one configuration through Flower and write its results folder. Returns the summary."""
+    out = run_dir(cfg)
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(out / "config.json", asdict(cfg))
+    plan = build_data_plan(data_key(cfg))
+    write_class_counts(plan, out)
+    device = pick_device(cfg.device)
+    c, h, _ = plan.image_shape
+    model = build_model(cfg.seed, c, plan.num_classes, h)
+    initial = state_to_record(model)
+    model = model.to(device)
+
+    min_nodes = 1
+    nodes = wait_for_nodes(grid, min_nodes)
+    strategy = build_strategy(
+        cfg.framework, list(range(cfg.num_clients)), ACTION, cfg.clients_per_message, dp=cfg.dp,
+        clip_norm=cfg.clip_norm, eps_cal=cfg.eps_cal, delta_cal=cfg.delta_cal, seed=cfg.seed,
+    )
+    log.info("dfl-dp %s: %d logical clients on %d nodes, %d rounds, data %s (%d target-train)",
+             out.name, cfg.num_clients, len(nodes), cfg.num_rounds, plan.name, len(plan.y["target_train"]))
+    rounds: list[dict] = []
+    t_start = time.perf_counter()
+    last_metrics: dict[int, MetricRecord] = {}
+
+    inner_aggregate = strategy.aggregate_train
+
+    def aggregate_and_keep(server_round, replies):
+        arrays, metrics = inner_aggregate(server_round, replies)
+        if metrics is not None:
+            last_metrics[server_round] = metrics
+        return arrays, metrics
+
+    strategy.aggregate_train = aggregate_and_keep  # type: ignore[method-assign]
+
+    def evaluate_fn(server_round: int, arrays: ArrayRecord) -> MetricRecord:
+        model.load_state_dict({k: v.to(device) for k, v in record_to_state(arrays).items()})
+        acc, loss = evaluate(model, plan.x["test"], plan.y["test"], device)
+        if server_round == 0:
+            return MetricRecord({"test-acc": acc, "test-loss": loss})
+        m = last_metrics.get(server_round, MetricRecord())
+        elapsed = time.perf_counter() - t_start
+        row = {"round": server_round, "test_acc": acc, "test_loss": loss, "elapsed_s": elapsed,
+               **{k.replace("-", "_"): v for k, v in m.items()}}
+        rounds.append(row)
+        atomic_write_jsonl(out / "rounds.jsonl", rounds)
+        eta = elapsed / server_round * (cfg.num_rounds - server_round)
+        log.info("[%s] round %d/%d  acc %.4f  (%.1fs elapsed, ETA %.1fs)", out.name, server_round,
+                 cfg.num_rounds, acc, elapsed, eta)
+        return MetricRecord({"test-acc": acc, "test-loss": loss})
+
+    strategy.start(grid, initial, num_rounds=cfg.num_rounds, timeout=3600,
+                   train_config=config_record_for(cfg), evaluate_fn=evaluate_fn)
+
+    acc_curve = [r["test_acc"] for r in rounds]
+    summary = {"config_hash": config_hash(asdict(cfg)), "run": out.name, "framework": cfg.framework,
+               "dp": cfg.dp, "clip_norm": cfg.clip_norm if cfg.dp else None,
+               "eps_cal": cfg.eps_cal if cfg.dp else None, "seed": cfg.seed, "num_clients": cfg.num_clients,
+               "num_rounds": cfg.num_rounds, "dataset": plan.name, "data_notes": plan.notes,
+               "n_test": int(len(plan.y["test"])), "n_target_train": int(len(plan.y["target_train"])),
+               "wall_seconds": time.perf_counter() - t_start, "device": str(device),
+               **curve_summary(acc_curve), "acc_curve": acc_curve}
+    if isinstance(strategy, MatchedPerturbation):
+        ev = strategy.clip_events
+        summary["clip_frequency_pct"] = 100.0 * float(np.mean([e["clipped"] for e in ev])) if ev else 0.0
+        summary["clip_unit"] = "client updates" if strategy.clip_at == "client" else "rounds"
+        row = account(cfg.framework, cfg.clip_norm, cfg.eps_cal, cfg.num_clients, cfg.num_rounds,
+                      cfg.delta_cal, cfg.delta_total)
+        summary["accounting"] = asdict(row)
+        summary["sigma_abs_nominal"] = row.sigma_abs
+    atomic_write_json(out / "summary.json", summary)
+    return summary
+
+
+def config_record_for(cfg: DflDpConfig):
+    """The ConfigRecord every train message carries."""
+    return config_record(asdict(cfg))

@@ -1,0 +1,56 @@
+"""Root ServerApp/ClientApp: dispatch on ``study`` to the pair in ``flower_apps/<study>/``.
+
+ServerApp: resolve and validate the run config (before any training), then hand the
+study's frozen config to its ``server_main``. ClientApp: each study registers one train
+action; messages of type ``train.<action>`` reach that study's handler. Clients read
+their settings from the message, never from ``context.run_config``, so the same
+ClientApp serves flwr run, in-process simulation, sweeps and deployments.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from flwr.app import Context, Message
+from flwr.clientapp import ClientApp
+from flwr.serverapp import Grid, ServerApp
+
+from flower_apps.config import resolve
+from flower_apps.studies import STUDIES
+
+log = logging.getLogger("flwr")
+
+
+def prepare(raw: dict[str, Any]):
+    """(spec, study config) from a raw run config; raises ConfigError naming the bad key."""
+    spec, flat = resolve(dict(raw), STUDIES)
+    return spec, spec.build_config(flat)
+
+
+def make_server_app(overrides: dict[str, Any] | None = None) -> ServerApp:
+    """A ServerApp; ``overrides`` (for in-process runs) are applied on top of the run config."""
+    app = ServerApp()
+
+    @app.main()
+    def main(grid: Grid, context: Context) -> None:
+        from flower_apps.config import RUN_CONFIG_DEFAULTS
+
+        raw = {**RUN_CONFIG_DEFAULTS, **dict(context.run_config), **(overrides or {})}
+        spec, cfg = prepare(raw)
+        log.info("study %s, config %s", spec.name, cfg)
+        spec.server_main(grid, cfg)
+
+    return app
+
+
+def make_client_app() -> ClientApp:
+    """The ClientApp with one train action per registered study."""
+    app = ClientApp()
+    for spec in STUDIES.values():
+        app.train(spec.action)(spec.client_train)
+    return app
+
+
+server_app = make_server_app()
+client_app = make_client_app()

@@ -1,0 +1,64 @@
+"""Run studies in-process through Flower's simulation engine (tests, sweeps, benchmarks)."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+from typing import Any
+
+from flwr.app import Context
+from flwr.serverapp import Grid, ServerApp
+from flwr.simulation import run_simulation
+
+from flower_apps.router import make_client_app, make_server_app, prepare
+
+log = logging.getLogger("flwr")
+
+
+def backend_config(num_cpus: float = 1, num_gpus: float = 0.0) -> dict:
+    """Ray backend config with per-client resources."""
+    return {"client_resources": {"num_cpus": num_cpus, "num_gpus": num_gpus},
+            "init_args": {"include_dashboard": False, "num_cpus": os.cpu_count() or 1}}
+
+
+def simulate(server_app: ServerApp, num_supernodes: int, num_cpus: float = 1, num_gpus: float = 0.0) -> None:
+    """``flwr.simulation.run_simulation`` with the project's ClientApp."""
+    run_simulation(server_app=server_app, client_app=make_client_app(), num_supernodes=num_supernodes,
+                   backend_config=backend_config(num_cpus, num_gpus))
+
+
+def run_config_in_process(overrides: dict[str, Any], num_supernodes: int | None = None,
+                          num_cpus: float = 1, num_gpus: float = 0.0) -> None:
+    """Validate ``overrides`` (raises before any work), then run them through the simulation."""
+    from flower_apps.config import RUN_CONFIG_DEFAULTS
+
+    _, cfg = prepare({**RUN_CONFIG_DEFAULTS, **overrides})
+    n = num_supernodes or _nodes_needed(cfg)
+    simulate(make_server_app(overrides), n, num_cpus, num_gpus)
+
+
+def run_many_in_process(configs: list[Any], server_main: Callable[[Grid, Any], dict], num_supernodes: int,
+                        num_cpus: float = 1, num_gpus: float = 0.0,
+                        on_done: Callable[[Any, dict], None] | None = None) -> None:
+    """Run several already-validated configs in ONE simulation (one Ray start-up).
+
+    Clients are stateless (they read the config from each message), so consecutive runs
+    share the virtual SuperNodes. Each run writes its own results folder as it finishes.
+    """
+    app = ServerApp()
+
+    @app.main()
+    def main(grid: Grid, context: Context) -> None:
+        for cfg in configs:
+            summary = server_main(grid, cfg)
+            if on_done:
+                on_done(cfg, summary)
+
+    simulate(app, num_supernodes, num_cpus, num_gpus)
+
+
+def _nodes_needed(cfg: Any) -> int:
+    n = getattr(cfg, "num_clients", 2)
+    k = getattr(cfg, "clients_per_message", 1)
+    return max(1, -(-n // k))

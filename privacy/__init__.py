@@ -1,0 +1,1 @@
+"""Privacy mechanisms (pure math), accounting, anonymization and transport."""

@@ -1,0 +1,1 @@
+"""Flower Message-API strategies for the studies (registry in strategies.registry)."""

@@ -1,0 +1,59 @@
+"""Base class: Flower's round loop, with a pluggable communication pattern.
+
+``Strategy.start`` (Flower) is the one round loop. A subclass picks *how* the round's
+messages travel by returning a grid view from :meth:`prepare_grid`: broadcast-and-collect
+for FL, a relay for token passing. Wrappers (DP) delegate ``prepare_grid`` to the
+strategy they wrap, like everything else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
+from flwr.serverapp import Grid
+from flwr.serverapp.strategy import Result, Strategy
+
+from strategies.transport import send_and_receive
+
+
+class FastGrid:
+    """A Grid view whose ``send_and_receive`` polls tightly (see strategies.transport)."""
+
+    def __init__(self, grid: Grid) -> None:
+        self._grid = grid
+
+    def __getattr__(self, name: str):  # delegate everything else to the real grid
+        return getattr(self._grid, name)
+
+    def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None) -> list[Message]:
+        return send_and_receive(self._grid, messages, timeout=timeout)
+
+
+class PatternStrategy(Strategy):
+    """A Flower strategy whose round uses the grid view returned by ``prepare_grid``."""
+
+    def prepare_grid(self, grid: Grid) -> Grid:
+        """Return the grid view this strategy's rounds communicate through."""
+        return FastGrid(grid)  # type: ignore[return-value]
+
+    def start(  # noqa: D102 - same contract as flwr's Strategy.start
+        self,
+        grid: Grid,
+        initial_arrays: ArrayRecord,
+        num_rounds: int = 3,
+        timeout: float = 3600,
+        train_config: ConfigRecord | None = None,
+        evaluate_config: ConfigRecord | None = None,
+        evaluate_fn: Callable[[int, ArrayRecord], MetricRecord | None] | None = None,
+    ) -> Result:
+        return super().start(
+            self.prepare_grid(grid), initial_arrays, num_rounds, timeout, train_config, evaluate_config, evaluate_fn
+        )
+
+    # Studies evaluate centrally (server-side test set); no federated evaluation round.
+    def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid) -> list:
+        return []
+
+    def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
+        return None

@@ -1,0 +1,88 @@
+"""FL No-DP: FedAvg with equal client weights (seed paper, Sec. 3.3).
+
+Every logical client trains from w(t); w(t+1) is the unweighted mean of the client models.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict
+from collections.abc import Iterable
+
+import numpy as np
+from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
+from flwr.serverapp import Grid
+
+from strategies.base import PatternStrategy
+from strategies.cohorts import build_train_messages, plan_cohorts
+from strategies.records import client_arrays, from_numpy, to_numpy, valid_replies
+
+log = logging.getLogger(__name__)
+
+
+def equal_weight_mean(models: list[OrderedDict[str, np.ndarray]]) -> OrderedDict[str, np.ndarray]:
+    """Element-wise mean of models with equal weights (accumulated in float64)."""
+    if not models:
+        raise ValueError("cannot average zero models")
+    keys = list(models[0])
+    out: OrderedDict[str, np.ndarray] = OrderedDict()
+    for k in keys:
+        acc = np.zeros(models[0][k].shape, dtype=np.float64)
+        for m in models:
+            acc += m[k]
+        out[k] = (acc / len(models)).astype(models[0][k].dtype)
+    return out
+
+
+class EqualWeightFedAvg(PatternStrategy):
+    """FedAvg over logical clients with equal weights, Message API.
+
+    Parameters
+    ----------
+    client_ids : the logical clients taking part every round (full participation).
+    action : ClientApp action that trains them (message type ``train.<action>``).
+    clients_per_message : logical clients packed in one message (transport only).
+    """
+
+    def __init__(self, client_ids: list[int], action: str, clients_per_message: int = 1) -> None:
+        self.client_ids = list(client_ids)
+        self.action = action
+        self.clients_per_message = clients_per_message
+        self.last_round: dict = {}
+
+    def summary(self) -> None:
+        log.info("EqualWeightFedAvg: %d clients, %d per message", len(self.client_ids), self.clients_per_message)
+
+    def configure_train(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
+        config["server-round"] = server_round
+        plan = plan_cohorts(self.client_ids, list(grid.get_node_ids()), self.clients_per_message)
+        return build_train_messages(plan, arrays, config, self.action)
+
+    def aggregate_train(
+        self, server_round: int, replies: Iterable[Message]
+    ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        ok, bad = valid_replies(list(replies))
+        models: dict[int, OrderedDict[str, np.ndarray]] = {}
+        losses = []
+        for reply in ok:
+            for cid, rec in client_arrays(reply).items():
+                models[cid] = to_numpy(rec)
+            m = reply.content["metrics"]
+            losses.append((float(m["train-loss"]), int(m["num-examples"])))
+        expected = len(self.client_ids)
+        self.last_round = {"contributors": sorted(models), "failed-messages": len(bad) + 0}
+        if not models:
+            log.warning("round %d: no client replied; the model is unchanged", server_round)
+            return None, MetricRecord({"num-contributors": 0, "num-failed": expected})
+        agg = equal_weight_mean([models[c] for c in sorted(models)])
+        n_ex = sum(n for _, n in losses)
+        metrics = MetricRecord(
+            {
+                "num-contributors": len(models),
+                "num-failed": expected - len(models),
+                "train-loss": sum(l * n for l, n in losses) / max(n_ex, 1),
+            }
+        )
+        return from_numpy(agg), metrics

@@ -1,0 +1,122 @@
+"""Matched perturbation: clip, then add one Gaussian draw per round (a DP wrapper).
+
+Seed paper, Algorithm 1 (FL): each client update dw_i = w_i - w(t) is clipped to C, the
+clipped updates are averaged (by the wrapped strategy), and one z ~ N(0, sigma_abs^2 I)
+is added: w(t+1) = w(t) + mean + z.
+
+Algorithm 2 (sequential DFL): the update accumulated over the round, v - w(t), is
+clipped once to C and one z is added.
+
+Composed like Flower's ``DifferentialPrivacyServerSideFixedClipping`` (wrap any strategy,
+clip, delegate aggregation, add noise), with three differences: noise comes from an
+explicit seeded generator; sigma_abs is computed from the number of clients that
+actually contributed this round (never fewer than replied, so a failed client can only
+*raise* the noise, never under-noise the round); and every clipping event is recorded.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict
+from collections.abc import Iterable
+
+import numpy as np
+from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
+from flwr.serverapp import Grid
+
+from privacy.mechanisms import calibrate_sigma_abs, clip_by_l2, gaussian_noise_like
+from strategies.base import PatternStrategy
+from strategies.records import client_arrays, client_key, from_numpy, to_numpy, valid_replies
+
+log = logging.getLogger(__name__)
+CLIP_LEVELS = ("client", "aggregate")
+
+
+class MatchedPerturbation(PatternStrategy):
+    """Wrap ``strategy`` with update clipping at ``clip_norm`` and calibrated Gaussian noise.
+
+    Parameters
+    ----------
+    strategy : the wrapped strategy (EqualWeightFedAvg or SequentialDFL).
+    clip_norm : C.
+    eps_cal, delta_cal : calibration of sigma_abs = (C / N) sqrt(2 ln(1.25/delta_cal)) / eps_cal.
+    clip_at : "client" (Algorithm 1: every client update) or "aggregate" (Algorithm 2).
+    seed : seed of the noise generator (np.random.default_rng).
+    """
+
+    def __init__(
+        self,
+        strategy: PatternStrategy,
+        clip_norm: float,
+        eps_cal: float,
+        delta_cal: float,
+        clip_at: str,
+        seed: int,
+    ) -> None:
+        if clip_at not in CLIP_LEVELS:
+            raise ValueError(f"clip_at must be one of {CLIP_LEVELS}, got {clip_at!r}")
+        calibrate_sigma_abs(clip_norm, 1, eps_cal, delta_cal)  # validates the arguments
+        self.strategy = strategy
+        self.clip_norm = clip_norm
+        self.eps_cal = eps_cal
+        self.delta_cal = delta_cal
+        self.clip_at = clip_at
+        self.rng = np.random.default_rng([seed, 0xD9])
+        self._current: OrderedDict[str, np.ndarray] | None = None
+        self.clip_events: list[dict] = []  # one entry per clipped quantity, every round
+
+    def summary(self) -> None:
+        log.info("MatchedPerturbation(C=%g, eps_cal=%g, clip at %s) wrapping:", self.clip_norm, self.eps_cal,
+                 self.clip_at)
+        self.strategy.summary()
+
+    def prepare_grid(self, grid: Grid) -> Grid:
+        return self.strategy.prepare_grid(grid)
+
+    def configure_train(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
+        self._current = to_numpy(arrays)
+        return self.strategy.configure_train(server_round, arrays, config, grid)
+
+    def _clip_model(self, server_round: int, who: str, model: OrderedDict[str, np.ndarray]) -> OrderedDict:
+        assert self._current is not None
+        keys = list(self._current)
+        update = [model[k].astype(np.float64) - self._current[k] for k in keys]
+        clipped, norm, was_clipped = clip_by_l2(update, self.clip_norm)
+        self.clip_events.append({"round": server_round, "who": who, "norm": norm, "clipped": was_clipped})
+        return OrderedDict((k, (self._current[k] + u).astype(self._current[k].dtype)) for k, u in zip(keys, clipped))
+
+    def aggregate_train(
+        self, server_round: int, replies: Iterable[Message]
+    ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        if self._current is None:
+            raise RuntimeError("aggregate_train called before configure_train")
+        replies = list(replies)
+        n_events_before = len(self.clip_events)
+        if self.clip_at == "client":
+            ok, _ = valid_replies(replies)
+            for reply in ok:
+                for cid, rec in client_arrays(reply).items():
+                    reply.content[client_key(cid)] = from_numpy(self._clip_model(server_round, f"client-{cid}",
+                                                                                 to_numpy(rec)))
+        arrays, metrics = self.strategy.aggregate_train(server_round, replies)
+        metrics = MetricRecord() if metrics is None else metrics
+        contributors = int(metrics.get("num-contributors", 0))
+        if arrays is None or contributors == 0:
+            # Nothing was released this round, so nothing needs noise.
+            return None, metrics
+        model = to_numpy(arrays)
+        if self.clip_at == "aggregate":
+            model = self._clip_model(server_round, "round", model)
+        sigma_abs = calibrate_sigma_abs(self.clip_norm, contributors, self.eps_cal, self.delta_cal)
+        keys = list(model)
+        noise = gaussian_noise_like([model[k] for k in keys], sigma_abs, self.rng)
+        noised = OrderedDict((k, (model[k].astype(np.float64) + z).astype(model[k].dtype)) for k, z in zip(keys, noise))
+        events = self.clip_events[n_events_before:]
+        metrics["sigma-abs"] = sigma_abs
+        metrics["clip-count"] = sum(e["clipped"] for e in events)
+        metrics["clip-total"] = len(events)
+        metrics["clip-fraction"] = metrics["clip-count"] / max(len(events), 1)
+        metrics["update-norm-mean"] = float(np.mean([e["norm"] for e in events])) if events else 0.0
+        return from_numpy(noised), metrics

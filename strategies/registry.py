@@ -1,0 +1,47 @@
+"""Name -> strategy builder for the dfl-dp frameworks (refuses duplicate names)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from strategies.base import PatternStrategy
+from strategies.fedavg_equal import EqualWeightFedAvg
+from strategies.matched_perturbation import MatchedPerturbation
+from strategies.sequential import SequentialDFL
+
+Builder = Callable[..., PatternStrategy]
+FRAMEWORKS: dict[str, tuple[Builder, str]] = {}
+
+
+def register_framework(name: str, builder: Builder, clip_at: str) -> None:
+    """Register a learning framework: how to build it and where its DP variant clips."""
+    if name in FRAMEWORKS:
+        raise ValueError(f"framework {name!r} is already registered")
+    FRAMEWORKS[name] = (builder, clip_at)
+
+
+register_framework("fl", EqualWeightFedAvg, "client")
+register_framework("sequential-dfl", SequentialDFL, "aggregate")
+
+
+def build_strategy(
+    framework: str,
+    client_ids: list[int],
+    action: str,
+    clients_per_message: int = 1,
+    dp: bool = False,
+    clip_norm: float | None = None,
+    eps_cal: float | None = None,
+    delta_cal: float = 1e-5,
+    seed: int = 0,
+) -> PatternStrategy:
+    """Build a framework's strategy, wrapped in matched perturbation when ``dp``."""
+    if framework not in FRAMEWORKS:
+        raise ValueError(f"unknown framework {framework!r}; allowed: {sorted(FRAMEWORKS)}")
+    builder, clip_at = FRAMEWORKS[framework]
+    inner = builder(client_ids, action, clients_per_message)
+    if not dp:
+        return inner
+    if clip_norm is None or eps_cal is None:
+        raise ValueError("dp=True needs clip_norm and eps_cal")
+    return MatchedPerturbation(inner, clip_norm, eps_cal, delta_cal, clip_at, seed)
