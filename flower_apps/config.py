@@ -15,7 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-RUN_CONFIG_DEFAULTS: dict[str, Any] = {
+# Keys every study reads. Each study adds its own in ``flower_apps/<study>/study.py`` (KEYS);
+# flower_apps.studies merges them into RUN_CONFIG_DEFAULTS and refuses conflicting defaults.
+COMMON_KEYS: dict[str, Any] = {
     "study": "dfl-dp",
     "preset": "paper",
     "seed": 0,
@@ -26,23 +28,9 @@ RUN_CONFIG_DEFAULTS: dict[str, Any] = {
     "data-fraction": 1.0,
     "num-clients": 100,
     "num-rounds": 100,
-    "framework": "fl",
-    "dp": True,
-    "clip-norm": 1.0,
-    "eps-cal": 2.0,
-    "delta-cal": 1e-5,
-    "delta-total": 1e-5,
-    "dirichlet-alpha": 0.5,
-    "lr": 0.01,
-    "momentum": 0.9,
-    "weight-decay": 5e-4,
-    "batch-size": 128,
-    "local-epochs": 1,
-    "grad-clip": 10.0,
-    "clients-per-message": 1,
-    "test-fraction": 0.2,
     "device": "auto",
 }
+RUN_CONFIG_DEFAULTS: dict[str, Any] = dict(COMMON_KEYS)
 
 
 class ConfigError(ValueError):

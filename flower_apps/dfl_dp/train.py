@@ -36,7 +36,7 @@ def train_local(
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
             opt.step()
-            total += float(loss) * len(idx)
+            total += float(loss.detach()) * len(idx)
             seen += len(idx)
     return total / max(seen, 1), seen
 

@@ -1,0 +1,83 @@
+"""Shared fixtures: a fake Flower grid that runs handlers in-process, seeded generators."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+from flwr.app import Error, Message
+from flwr.supercore.task_identity import TaskIdentity
+
+SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+
+@pytest.fixture(autouse=True)
+def _task_identity():
+    """Flower's Message needs a task identity; the simulation sets it, unit tests set a dummy one."""
+    old = (TaskIdentity._task_id, TaskIdentity._run_id, TaskIdentity._node_id)
+    TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, 1, 0
+    yield
+    TaskIdentity._task_id, TaskIdentity._run_id, TaskIdentity._node_id = old
+
+
+class FakeGrid:
+    """A Grid whose nodes answer synchronously by calling ``handler(node_id, message) -> Message``.
+
+    ``fail_nodes``: nodes that answer with an error; ``silent_nodes``: nodes that never answer.
+    Every delivered message is recorded in ``log`` (node id, message) in delivery order.
+    """
+
+    def __init__(self, node_ids: list[int], handler: Callable[[int, Message], Message],
+                 fail_nodes: set[int] | None = None, silent_nodes: set[int] | None = None) -> None:
+        self.node_ids = list(node_ids)
+        self.handler = handler
+        self.fail_nodes = fail_nodes or set()
+        self.silent_nodes = silent_nodes or set()
+        self.replies: dict[str, Message] = {}
+        self.log: list[tuple[int, Message]] = []
+
+    def get_node_ids(self) -> list[int]:
+        return list(self.node_ids)
+
+    def push_messages(self, messages):
+        ids = []
+        for m in messages:
+            mid = str(uuid.uuid4())
+            m.metadata.__dict__["_message_id"] = mid
+            node = m.metadata.dst_node_id
+            self.log.append((node, m))
+            if node in self.silent_nodes:
+                ids.append(mid)
+                continue
+            if node in self.fail_nodes:
+                reply = Message(Error(code=1, reason=f"node {node} crashed"), reply_to=m)
+            else:
+                reply = self.handler(node, m)
+            self.replies[mid] = reply
+            ids.append(mid)
+        return ids
+
+    def pull_messages(self, ids):
+        return [self.replies.pop(i) for i in list(ids) if i in self.replies]
+
+    def send_and_receive(self, messages, *, timeout=None):
+        return self.pull_messages(self.push_messages(messages))
+
+
+@pytest.fixture
+def fake_grid_cls():
+    return FakeGrid
+
+
+@pytest.fixture
+def rng() -> np.random.Generator:
+    return np.random.default_rng(12345)
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if "shared" in item.keywords and not SHARED_DATA.is_dir():
+            item.add_marker(pytest.mark.skip(reason=f"../shared/data not found at {SHARED_DATA}"))
