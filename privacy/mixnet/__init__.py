@@ -1,0 +1,52 @@
+"""Mixnet transport of the UnlinkableDFL study: real Sphinx packets, mixing, SURB acks.
+
+Layers, bottom up (one module each): ``constants`` (sizes from one security
+parameter), ``crypto`` (``cryptography`` wrappers, LIONESS), ``header`` /
+``payload`` / ``packet`` / ``surb`` (Sphinx), ``replay``, ``routing`` /
+``topology`` / ``peers``, ``outbox`` (mixing), ``messages`` / ``delivery``
+(fragments, acks, exactly-once), ``node`` (one peer, no I/O), ``simulator``
+(virtual time, adversary trace), ``net_*`` (one process per node over TLS),
+``metrics`` (entropy). See ``docs/mixnet.md``.
+"""
+
+from .config import MixnetConfig
+from .constants import PacketFormat
+from .delivery import DeliveredMessage
+from .errors import (
+    InvalidFrame,
+    InvalidHeader,
+    InvalidPacket,
+    InvalidPayload,
+    InvalidSURB,
+    MixnetError,
+    ReplayDetected,
+)
+from .metrics import h_path, h_relay, relay_mapping_entropy
+from .node import MixNode
+from .simulator import Simulator
+from .stats import NodeStats
+from .trace import AdversaryView, GroundTruth, TraceRecord
+from .transport import create_transport
+
+__all__ = [
+    "AdversaryView",
+    "DeliveredMessage",
+    "GroundTruth",
+    "InvalidFrame",
+    "InvalidHeader",
+    "InvalidPacket",
+    "InvalidPayload",
+    "InvalidSURB",
+    "MixNode",
+    "MixnetConfig",
+    "MixnetError",
+    "NodeStats",
+    "PacketFormat",
+    "ReplayDetected",
+    "Simulator",
+    "TraceRecord",
+    "create_transport",
+    "h_path",
+    "h_relay",
+    "relay_mapping_entropy",
+]

@@ -1,0 +1,140 @@
+"""Parameters of the mixnet transport, validated once and passed down as a frozen object.
+
+Paper defaults (UnlinkableDFL): K = 2, O = 100, mu = 0.1 s, sigma = 0.001,
+cover traffic on, 10,240-byte bodies.
+
+How ``sigma`` enters: the per-hop hold time is ``Exp(mean=mu)`` (sampled by the
+sender and carried in the header, Loopix-style) plus a node-local Gaussian
+jitter ``N(0, sigma^2)``, truncated so the total is never negative. The jitter
+models processing/scheduling noise; mixing strength comes from the exponential
+part, whose memorylessness is what makes Poisson mixing hard to time-correlate.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+
+from .constants import DEFAULT_MAX_HOPS, DEFAULT_PAYLOAD_SIZE, PacketFormat
+from .replay import DEFAULT_REPLAY_CAPACITY
+
+COVER_POLICIES = ("data", "own", "all")
+TRANSPORTS = ("simulation", "network")
+
+
+@dataclass(frozen=True)
+class MixnetConfig:
+    """Transport parameters shared by every node.
+
+    Parameters
+    ----------
+    max_path_length
+        ``K``: each packet takes ``k ~ Uniform{1..K}`` hops (or ``path_length_weights``).
+    outbox_size
+        ``O``: a node releases its outbox in shuffled batches of ``O`` packets.
+    mu
+        Mean per-hop hold time (exponential), seconds.
+    sigma
+        SD of the Gaussian jitter added to each hold time, seconds.
+    cover_traffic
+        Pad batches with cover packets up to ``O``.
+    cover_policy
+        Which batches are padded: ``"data"`` (default, the paper's outbox of
+        outgoing fragments plus cover): batches holding the node's own data
+        fragments; ``"own"``: also batches holding only its acknowledgements;
+        ``"all"``: every batch, relay-only ones included (strongest, costliest).
+    fill_timeout
+        Longest wait for an outbox to fill before it is flushed anyway
+        (default: ``mu``).
+    ack_timeout
+        Retransmit a fragment not acknowledged after this long (default: a
+        bound on the round trip, ``2 (K + 1) (fill_timeout + 4 mu) + 0.5``).
+    max_retries
+        Retransmissions per fragment before the message is reported failed.
+    payload_size, header_hops
+        Packet format: body bytes and the header's hop capacity ``r >= K``.
+    replay_capacity
+        Tags per replay-cache generation (see :mod:`privacy.mixnet.replay`).
+    suspicion_threshold
+        Missed acks blamed on a peer before it is probed with a connectivity check.
+    path_length_weights
+        Optional weights of lengths ``1..K``; ``None`` is uniform (the paper's case).
+    transport
+        ``"simulation"`` (one process, virtual time) or ``"network"`` (one OS
+        process per node over TLS on loopback).
+    """
+
+    max_path_length: int = 2
+    outbox_size: int = 100
+    mu: float = 0.1
+    sigma: float = 0.001
+    cover_traffic: bool = True
+    cover_policy: str = "data"
+    fill_timeout: float | None = None
+    ack_timeout: float | None = None
+    max_retries: int = 5
+    payload_size: int = DEFAULT_PAYLOAD_SIZE
+    header_hops: int = DEFAULT_MAX_HOPS
+    replay_capacity: int = DEFAULT_REPLAY_CAPACITY
+    suspicion_threshold: int = 2
+    path_length_weights: tuple[float, ...] | None = None
+    transport: str = "simulation"
+
+    def __post_init__(self) -> None:
+        def require(ok: bool, name: str, expected: str) -> None:
+            if not ok:
+                raise ValueError(f"{name} must be {expected}, got {getattr(self, name)!r}")
+
+        require(isinstance(self.max_path_length, int) and self.max_path_length >= 1, "max_path_length", "an int >= 1")
+        require(isinstance(self.header_hops, int) and self.header_hops >= self.max_path_length,
+                "header_hops", f">= max_path_length ({self.max_path_length})")
+        require(isinstance(self.outbox_size, int) and self.outbox_size >= 1, "outbox_size", "an int >= 1")
+        require(math.isfinite(self.mu) and self.mu > 0, "mu", "a finite number > 0")
+        require(math.isfinite(self.sigma) and self.sigma >= 0, "sigma", "a finite number >= 0")
+        require(self.cover_policy in COVER_POLICIES, "cover_policy", f"one of {COVER_POLICIES}")
+        require(self.fill_timeout is None or (math.isfinite(self.fill_timeout) and self.fill_timeout >= 0),
+                "fill_timeout", "None or a finite number >= 0")
+        require(self.ack_timeout is None or (math.isfinite(self.ack_timeout) and self.ack_timeout > 0),
+                "ack_timeout", "None or a finite number > 0")
+        require(isinstance(self.max_retries, int) and self.max_retries >= 0, "max_retries", "an int >= 0")
+        require(isinstance(self.replay_capacity, int) and self.replay_capacity >= 1, "replay_capacity", "an int >= 1")
+        require(isinstance(self.suspicion_threshold, int) and self.suspicion_threshold >= 1,
+                "suspicion_threshold", "an int >= 1")
+        require(self.transport in TRANSPORTS, "transport", f"one of {TRANSPORTS}")
+        if self.path_length_weights is not None:
+            w = tuple(float(x) for x in self.path_length_weights)
+            require(len(w) == self.max_path_length and all(x >= 0 and math.isfinite(x) for x in w) and sum(w) > 0,
+                    "path_length_weights", f"{self.max_path_length} finite weights >= 0 with a positive sum")
+            object.__setattr__(self, "path_length_weights", w)
+        PacketFormat(self.header_hops, self.payload_size)  # validates payload_size
+        if not self.cover_traffic and self.outbox_size > 1:
+            warnings.warn("cover_traffic is off: partially filled batches hide fewer than O packets", stacklevel=3)
+
+    @property
+    def packet_format(self) -> PacketFormat:
+        return PacketFormat(self.header_hops, self.payload_size)
+
+    @property
+    def effective_fill_timeout(self) -> float:
+        return self.mu if self.fill_timeout is None else self.fill_timeout
+
+    @property
+    def effective_ack_timeout(self) -> float:
+        if self.ack_timeout is not None:
+            return self.ack_timeout
+        return 2 * (self.max_path_length + 1) * (self.effective_fill_timeout + 4 * self.mu) + 0.5
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any]) -> MixnetConfig:
+        """Build from run-config style keys (``"max-path-length"`` or ``max_path_length``)."""
+        known = {f.name for f in fields(cls)}
+        kwargs: dict[str, Any] = {}
+        for key, value in values.items():
+            name = key.replace("-", "_")
+            if name not in known:
+                raise ValueError(f"unknown mixnet config key {key!r}; expected one of {sorted(known)}")
+            kwargs[name] = tuple(value) if name == "path_length_weights" and value is not None else value
+        return cls(**kwargs)

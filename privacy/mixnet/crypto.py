@@ -1,0 +1,220 @@
+"""Thin wrappers over ``cryptography`` primitives used by the Sphinx format.
+
+Nothing here is a home-made primitive: X25519, HKDF-SHA256, HMAC-SHA256 and
+ChaCha20 all come from ``cryptography`` (OpenSSL). LIONESS (Anderson & Biham,
+1996) is the standard composition of a stream cipher and a keyed hash into a
+wide-block cipher; we instantiate it with ChaCha20 and HMAC-SHA256, as
+Katzenpost does with ChaCha20 + BLAKE2b.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac as std_hmac
+import os
+from typing import NamedTuple, Protocol
+
+from cryptography.hazmat.primitives import hashes, hmac
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
+from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF, HKDFExpand
+
+from .constants import (
+    BLINDING_FACTOR_SIZE,
+    GROUP_ELEMENT_SIZE,
+    HKDF_INFO,
+    HOP_KEY_MATERIAL_SIZE,
+    LIONESS_KEY_SIZE,
+    LIONESS_LEFT_SIZE,
+    LIONESS_ROUND_KEY_SIZE,
+    MAC_KEY_SIZE,
+    MAC_SIZE,
+    REPLAY_TAG_SIZE,
+    SCALAR_SIZE,
+    STREAM_KEY_SIZE,
+    STREAM_NONCE_SIZE,
+    SURB_KEY_INFO,
+)
+from .errors import InvalidHeader
+
+#: Field prime of Curve25519; canonical u-coordinates are < P.
+CURVE25519_P: int = 2**255 - 19
+_ZERO_NONCE = bytes(STREAM_NONCE_SIZE)
+_SHA256 = hashes.SHA256()
+
+
+# --- randomness ---------------------------------------------------------------
+class RandomSource(Protocol):
+    """Where ephemeral keys, SURB ids and padding come from."""
+
+    def random_bytes(self, n: int) -> bytes: ...
+
+
+class SystemRandomSource:
+    """``os.urandom``: the only source to use in deployment."""
+
+    def random_bytes(self, n: int) -> bytes:
+        return os.urandom(n)
+
+
+class SeededRandomSource:
+    """Deterministic ChaCha20 keystream DRBG, for reproducible simulations only.
+
+    Same seed, same bytes: a simulation replays bit for bit. Never use it in the
+    real-network mode (its keys would be predictable from the seed).
+    """
+
+    _CHUNK = 1 << 16
+
+    def __init__(self, seed: int | bytes, label: bytes = b"") -> None:
+        seed_bytes = seed if isinstance(seed, bytes) else str(int(seed)).encode()
+        key = hashlib.sha256(b"ppfl-mixnet/drbg|" + label + b"|" + seed_bytes).digest()
+        self._stream = Cipher(algorithms.ChaCha20(key, _ZERO_NONCE), mode=None).encryptor()
+        self._buffer = b""
+        self._pos = 0
+
+    def random_bytes(self, n: int) -> bytes:
+        if n < 0:
+            raise ValueError(f"n must be >= 0, got {n}")
+        if self._pos + n > len(self._buffer):
+            rest = self._buffer[self._pos :]
+            self._buffer = rest + self._stream.update(bytes(max(self._CHUNK, n)))
+            self._pos = 0
+        out = self._buffer[self._pos : self._pos + n]
+        self._pos += n
+        return out
+
+
+# --- X25519 -------------------------------------------------------------------
+def private_key_from_bytes(scalar: bytes) -> X25519PrivateKey:
+    """X25519 private key from 32 bytes (clamped by X25519 itself)."""
+    if len(scalar) != SCALAR_SIZE:
+        raise ValueError(f"scalar must be {SCALAR_SIZE} bytes, got {len(scalar)}")
+    return X25519PrivateKey.from_private_bytes(scalar)
+
+
+def public_bytes(key: X25519PrivateKey | X25519PublicKey) -> bytes:
+    """Raw 32-byte u-coordinate of a key's public point."""
+    pub = key.public_key() if isinstance(key, X25519PrivateKey) else key
+    return pub.public_bytes_raw()
+
+
+def load_point(u: bytes) -> X25519PublicKey:
+    """Parse a group element, rejecting non-canonical encodings.
+
+    RFC 7748 decoding ignores bit 255 and reduces mod p, so two encodings can
+    name one point; accepting both would let a flipped bit pass unnoticed.
+    """
+    if len(u) != GROUP_ELEMENT_SIZE:
+        raise InvalidHeader(f"group element must be {GROUP_ELEMENT_SIZE} bytes, got {len(u)}")
+    if int.from_bytes(u, "little") >= CURVE25519_P:
+        raise InvalidHeader("non-canonical group element")
+    return X25519PublicKey.from_public_bytes(u)
+
+
+def exchange(private: X25519PrivateKey, point: X25519PublicKey) -> bytes:
+    """``clamp(private) * point``; a low-order point is an invalid header."""
+    try:
+        return private.exchange(point)
+    except ValueError as exc:  # OpenSSL refuses an all-zero shared secret
+        raise InvalidHeader("low-order group element") from exc
+
+
+# --- key derivation -------------------------------------------------------------
+class HopKeys(NamedTuple):
+    """Everything one hop derives from its shared secret (Sphinx h_rho, h_mu, h_pi, h_b, h_tau)."""
+
+    stream_key: bytes
+    mac_key: bytes
+    payload_key: bytes  # LIONESS_KEY_SIZE bytes: four round keys
+    blinding: bytes
+    replay_tag: bytes
+
+
+def derive_hop_keys(shared_secret: bytes, alpha: bytes) -> HopKeys:
+    """HKDF-SHA256(ikm = shared secret, salt = alpha): binds every key to this packet's alpha."""
+    okm = HKDF(_SHA256, HOP_KEY_MATERIAL_SIZE, alpha, HKDF_INFO).derive(shared_secret)
+    a = STREAM_KEY_SIZE
+    b = a + MAC_KEY_SIZE
+    c = b + LIONESS_KEY_SIZE
+    d = c + BLINDING_FACTOR_SIZE
+    return HopKeys(okm[:a], okm[a:b], okm[b:c], okm[c:d], okm[d : d + REPLAY_TAG_SIZE])
+
+
+def derive_surb_payload_key(seed: bytes) -> bytes:
+    """LIONESS key with which a replier encrypts the body it sends on a SURB."""
+    return HKDFExpand(_SHA256, LIONESS_KEY_SIZE, SURB_KEY_INFO).derive(seed)
+
+
+# --- stream cipher and MAC ------------------------------------------------------
+def stream_xor(key: bytes, data: bytes) -> bytes:
+    """``data XOR ChaCha20(key)``; every key here is used for one message only."""
+    return Cipher(algorithms.ChaCha20(key, _ZERO_NONCE), mode=None).encryptor().update(data)
+
+
+def keystream(key: bytes, n: int) -> bytes:
+    return stream_xor(key, bytes(n))
+
+
+def mac(key: bytes, *parts: bytes) -> bytes:
+    """HMAC-SHA256 over the concatenated parts, truncated to ``MAC_SIZE``."""
+    h = hmac.HMAC(key, _SHA256)
+    for part in parts:
+        h.update(part)
+    return h.finalize()[:MAC_SIZE]
+
+
+def mac_equal(a: bytes, b: bytes) -> bool:
+    """Constant-time comparison of two tags."""
+    return std_hmac.compare_digest(a, b)
+
+
+def xor_bytes(a: bytes, b: bytes) -> bytes:
+    """XOR of two equal-length short byte strings."""
+    n = len(a)
+    return (int.from_bytes(a, "little") ^ int.from_bytes(b, "little")).to_bytes(n, "little")
+
+
+# --- LIONESS wide-block cipher ---------------------------------------------------
+def _hash(key: bytes, data: bytes) -> bytes:
+    h = hmac.HMAC(key, _SHA256)
+    h.update(data)
+    return h.finalize()
+
+
+def _split_key(key: bytes) -> tuple[bytes, bytes, bytes, bytes]:
+    if len(key) != LIONESS_KEY_SIZE:
+        raise ValueError(f"LIONESS key must be {LIONESS_KEY_SIZE} bytes, got {len(key)}")
+    s = LIONESS_ROUND_KEY_SIZE
+    return key[:s], key[s : 2 * s], key[2 * s : 3 * s], key[3 * s :]
+
+
+def lioness_encrypt(key: bytes, block: bytes) -> bytes:
+    """LIONESS encryption: R ^= S(L^K1); L ^= H_K2(R); R ^= S(L^K3); L ^= H_K4(R).
+
+    Changing any bit of the ciphertext changes every bit of the decryption with
+    probability 1/2, which is what lets the destination detect tampering with a
+    zero prefix alone.
+    """
+    k1, k2, k3, k4 = _split_key(key)
+    left, right = block[:LIONESS_LEFT_SIZE], block[LIONESS_LEFT_SIZE:]
+    if len(left) != LIONESS_LEFT_SIZE or not right:
+        raise ValueError(f"LIONESS block must be > {LIONESS_LEFT_SIZE} bytes, got {len(block)}")
+    right = stream_xor(xor_bytes(left, k1), right)
+    left = xor_bytes(left, _hash(k2, right))
+    right = stream_xor(xor_bytes(left, k3), right)
+    left = xor_bytes(left, _hash(k4, right))
+    return left + right
+
+
+def lioness_decrypt(key: bytes, block: bytes) -> bytes:
+    """Inverse of :func:`lioness_encrypt` (rounds in reverse order)."""
+    k1, k2, k3, k4 = _split_key(key)
+    left, right = block[:LIONESS_LEFT_SIZE], block[LIONESS_LEFT_SIZE:]
+    if len(left) != LIONESS_LEFT_SIZE or not right:
+        raise ValueError(f"LIONESS block must be > {LIONESS_LEFT_SIZE} bytes, got {len(block)}")
+    left = xor_bytes(left, _hash(k4, right))
+    right = stream_xor(xor_bytes(left, k3), right)
+    left = xor_bytes(left, _hash(k2, right))
+    right = stream_xor(xor_bytes(left, k1), right)
+    return left + right

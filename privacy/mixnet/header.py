@@ -1,0 +1,212 @@
+"""Sphinx header: construction by the sender, one-layer processing by a node.
+
+Implements Sec. 3 of Danezis & Goldberg, "Sphinx: A Compact and Provably Secure
+Mix Format" (S&P 2009) over X25519:
+
+* ``alpha_0 = x G``; hop ``i`` shares ``s_i = y_i alpha_i`` with the sender and
+  blinds ``alpha_{i+1} = b_i alpha_i`` with ``b_i`` derived from ``(alpha_i, s_i)``.
+  X25519 clamps every scalar, and scalar multiplication commutes, so the sender
+  reaches the same ``s_i`` as ``b_{i-1} ... b_0 x Y_i`` by successive exchanges.
+* ``beta`` holds ``r`` fixed-size routing blocks encrypted with ChaCha20 under
+  ``h_rho(s_i)``; the filler keeps its length constant after each peel.
+* ``gamma = HMAC(h_mu(s_i), alpha_i || beta_i)`` (covering alpha too is a
+  belt-and-braces addition to the paper, which MACs beta only).
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
+
+from .constants import (
+    DELAY_SIZE,
+    DELAY_UNIT_S,
+    FLAG_FINAL,
+    FLAG_FORWARD,
+    GROUP_ELEMENT_SIZE,
+    IDENTIFIER_SIZE,
+    MAC_SIZE,
+    NODE_ADDRESS_SIZE,
+    ROUTING_BLOCK_SIZE,
+    SCALAR_SIZE,
+    PacketFormat,
+)
+from .crypto import (
+    HopKeys,
+    RandomSource,
+    derive_hop_keys,
+    exchange,
+    keystream,
+    load_point,
+    mac,
+    mac_equal,
+    private_key_from_bytes,
+    public_bytes,
+    stream_xor,
+    xor_bytes,
+)
+from .errors import InvalidHeader
+
+_MAX_DELAY_NS = 2 ** (8 * DELAY_SIZE) - 1
+
+
+class Hop(NamedTuple):
+    """One node on a path: its address (node id) and Sphinx public key."""
+
+    address: int
+    public_key: X25519PublicKey
+
+
+def encode_address(address: int) -> bytes:
+    if not 0 <= address < 2 ** (8 * NODE_ADDRESS_SIZE):
+        raise ValueError(f"address must fit in {NODE_ADDRESS_SIZE} bytes, got {address}")
+    return address.to_bytes(NODE_ADDRESS_SIZE, "big")
+
+
+def decode_address(raw: bytes) -> int:
+    return int.from_bytes(raw, "big")
+
+
+def encode_delay(delay_s: float) -> bytes:
+    if not (delay_s >= 0 and math.isfinite(delay_s)):
+        raise ValueError(f"delay must be a finite number >= 0, got {delay_s}")
+    return struct.pack(">Q", min(_MAX_DELAY_NS, round(delay_s / DELAY_UNIT_S)))
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessedHeader:
+    """Outcome of peeling one header layer.
+
+    ``next_hop``/``delay``/``header`` are set for a forward hop; ``identifier`` for
+    the final hop (all zero for a forward message, the SURB id for a reply).
+    """
+
+    keys: HopKeys
+    is_final: bool
+    next_hop: int = -1
+    delay: float = 0.0
+    header: bytes = b""
+    identifier: bytes = b""
+
+
+def _shared_secrets(
+    fmt: PacketFormat, route: Sequence[Hop], rng: RandomSource
+) -> tuple[list[bytes], list[HopKeys]]:
+    """Per-hop alphas and keys for ``route``, as the sender computes them."""
+    x = private_key_from_bytes(rng.random_bytes(SCALAR_SIZE))
+    alphas = [public_bytes(x)]
+    # points[j] walks from x*Y_j to b_{j-1}...b_0 x Y_j = s_j, one blinding at a time.
+    points = [exchange(x, hop.public_key) for hop in route]
+    keys: list[HopKeys] = []
+    for i in range(len(route)):
+        hop_keys = derive_hop_keys(points[i], alphas[i])
+        keys.append(hop_keys)
+        if i + 1 < len(route):
+            blind = X25519PrivateKey.from_private_bytes(hop_keys.blinding)
+            alphas.append(exchange(blind, X25519PublicKey.from_public_bytes(alphas[i])))
+            for j in range(i + 1, len(route)):
+                points[j] = exchange(blind, X25519PublicKey.from_public_bytes(points[j]))
+    return alphas, keys
+
+
+def build_header(
+    fmt: PacketFormat,
+    route: Sequence[Hop],
+    delays: Sequence[float],
+    identifier: bytes,
+    rng: RandomSource,
+) -> tuple[bytes, list[HopKeys]]:
+    """Build a header that makes ``route[i]`` forward to ``route[i+1]`` after ``delays[i]``.
+
+    Parameters
+    ----------
+    route
+        The nodes that process the packet, last one the destination; length ``1..r``.
+    delays
+        Hold time at each forwarding node (``len(route) - 1`` values, seconds).
+    identifier
+        Delivered to the final node: zeros for a forward message, a SURB id for a reply.
+
+    Returns
+    -------
+    The header bytes and each hop's keys (the caller needs them for the payload).
+    """
+    nu, r, c = len(route), fmt.max_hops, ROUTING_BLOCK_SIZE
+    if not 1 <= nu <= r:
+        raise ValueError(f"route length must be in [1, {r}], got {nu}")
+    if len(delays) != nu - 1:
+        raise ValueError(f"delays must have len(route) - 1 = {nu - 1} values, got {len(delays)}")
+    if len(identifier) != IDENTIFIER_SIZE:
+        raise ValueError(f"identifier must be {IDENTIFIER_SIZE} bytes, got {len(identifier)}")
+    alphas, keys = _shared_secrets(fmt, route, rng)
+    streams = [keystream(k.stream_key, fmt.stream_size) for k in keys]
+
+    # Filler (Sphinx Sec. 3.2): phi_i = (phi_{i-1} || 0^c) XOR rho_{i-1}[(r-i+1)c : (r+1)c].
+    filler = b""
+    for i in range(nu - 1):
+        filler = xor_bytes(filler + bytes(c), streams[i][(r - i) * c :])
+
+    # Final block: flag || identifier || random padding (random, so the last hop
+    # cannot count zero bytes to learn the path length).
+    head_len = (r - nu + 1) * c
+    final = bytes([FLAG_FINAL]) + identifier
+    final += rng.random_bytes(head_len - len(final))
+    beta = xor_bytes(final, streams[nu - 1][:head_len]) + filler
+    gamma = mac(keys[nu - 1].mac_key, alphas[nu - 1], beta)
+    for i in range(nu - 2, -1, -1):
+        block = (
+            bytes([FLAG_FORWARD])
+            + encode_address(route[i + 1].address)
+            + encode_delay(delays[i])
+            + gamma
+        )
+        beta = stream_xor(keys[i].stream_key, block + beta[: (r - 1) * c])
+        gamma = mac(keys[i].mac_key, alphas[i], beta)
+    header = alphas[0] + beta + gamma
+    assert len(header) == fmt.header_size
+    return header, keys
+
+
+def process_header(fmt: PacketFormat, private_key: X25519PrivateKey, header: bytes) -> ProcessedHeader:
+    """Peel one layer with the node's private key.
+
+    Raises
+    ------
+    InvalidHeader
+        On a wrong length, a bad group element, a MAC mismatch or an unknown flag.
+        Replay detection is the caller's job (it owns the cache); the tag is in
+        ``ProcessedHeader.keys.replay_tag``.
+    """
+    if len(header) != fmt.header_size:
+        raise InvalidHeader(f"header must be {fmt.header_size} bytes, got {len(header)}")
+    c = ROUTING_BLOCK_SIZE
+    alpha = header[:GROUP_ELEMENT_SIZE]
+    beta = header[GROUP_ELEMENT_SIZE : GROUP_ELEMENT_SIZE + fmt.beta_size]
+    gamma = header[GROUP_ELEMENT_SIZE + fmt.beta_size :]
+    alpha_point = load_point(alpha)
+    keys = derive_hop_keys(exchange(private_key, alpha_point), alpha)
+    if not mac_equal(mac(keys.mac_key, alpha, beta), gamma):
+        raise InvalidHeader("header MAC mismatch")
+    plain = stream_xor(keys.stream_key, beta + bytes(c))
+    flag = plain[0]
+    if flag == FLAG_FINAL:
+        return ProcessedHeader(keys, True, identifier=plain[1 : 1 + IDENTIFIER_SIZE])
+    if flag != FLAG_FORWARD:
+        raise InvalidHeader(f"unknown routing flag {flag:#x}")
+    pos = 1
+    next_hop = decode_address(plain[pos : pos + NODE_ADDRESS_SIZE])
+    pos += NODE_ADDRESS_SIZE
+    (delay_ns,) = struct.unpack(">Q", plain[pos : pos + DELAY_SIZE])
+    pos += DELAY_SIZE
+    next_gamma = plain[pos : pos + MAC_SIZE]
+    blind = X25519PrivateKey.from_private_bytes(keys.blinding)
+    next_alpha = exchange(blind, alpha_point)
+    next_header = next_alpha + plain[c:] + next_gamma
+    return ProcessedHeader(
+        keys, False, next_hop=next_hop, delay=delay_ns * DELAY_UNIT_S, header=next_header
+    )

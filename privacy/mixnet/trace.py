@@ -1,0 +1,68 @@
+"""What the simulator records, split by who may see it.
+
+:class:`AdversaryView` is exactly what a passive global network adversary
+observes: for every frame put on a link, the send time, the link (from, to),
+the size, and the arrival time (``None`` if the frame was lost). It also carries
+the public transport parameters, as Kerckhoffs' principle demands. Attacks and
+anonymity diagnostics take an ``AdversaryView`` and nothing else.
+
+:class:`GroundTruth` (what each frame really was, which input a relay's output
+came from) and :class:`MessageRecord` (who sent what to whom, when it arrived)
+are for scoring only: they meet the adversary's guesses inside metric functions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+
+class TraceRecord(NamedTuple):
+    time: float
+    src: int
+    dst: int
+    size: int
+    arrival: float | None
+
+
+@dataclass(frozen=True)
+class AdversaryView:
+    """The passive global adversary's observation plus public parameters."""
+
+    records: tuple[TraceRecord, ...]
+    packet_frame_size: int
+    mu: float
+    fill_timeout: float
+    outbox_size: int
+    max_path_length: int
+
+    def packets(self) -> list[TraceRecord]:
+        """Frames of Sphinx-packet size (control frames have other sizes)."""
+        return [r for r in self.records if r.size == self.packet_frame_size]
+
+
+class GroundTruthRecord(NamedTuple):
+    kind: str  # see stats.TX_KINDS
+    in_ref: int | None  # for a relayed packet: index of the frame it came in as
+
+
+@dataclass(frozen=True)
+class GroundTruth:
+    """Per-frame truth, index-aligned with ``AdversaryView.records``."""
+
+    records: tuple[GroundTruthRecord, ...]
+
+
+@dataclass
+class MessageRecord:
+    """Bookkeeping of one ``send`` call (scoring only)."""
+
+    message_id: bytes
+    src: int
+    dst: int
+    size: int
+    sent: float
+    delivered: float | None = None
+    acked: float | None = None
+    failed: bool = False
+    deliveries: int = 0
