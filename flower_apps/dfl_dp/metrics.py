@@ -20,7 +20,7 @@ def stability_round(acc: Sequence[float], window: int = 5, tolerance: float = 0.
     """First round r such that rounds r..r+window-1 have max - min <= tolerance, or None."""
     for i in range(0, len(acc) - window + 1):
         w = acc[i : i + window]
-        if max(w) - min(w) <= tolerance:
+        if max(w) - min(w) <= tolerance + 1e-12:  # float slack: 0.905 - 0.900 must count as 0.005
             return i + 1
     return None
 

@@ -1,0 +1,1 @@
+"""Study tabular-pdp: anonymization, drift detection and ARIREC-personalized DP on a tabular FL task."""

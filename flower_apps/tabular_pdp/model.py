@@ -1,0 +1,71 @@
+"""The paper's regression MLP (in -> 64 -> 128 -> 64 -> 1, ReLU), its local training and its errors."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+class SeverityMLP(nn.Module):
+    """MLP predicting Target_Severity_Score from the anonymized features."""
+
+    def __init__(self, in_features: int) -> None:
+        super().__init__()
+        if in_features < 1:
+            raise ValueError(f"in_features must be >= 1, got {in_features}")
+        self.net = nn.Sequential(nn.Linear(in_features, 64), nn.ReLU(), nn.Linear(64, 128), nn.ReLU(),
+                                 nn.Linear(128, 64), nn.ReLU(), nn.Linear(64, 1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x).squeeze(-1)
+
+
+def build_model(seed: int, in_features: int) -> SeverityMLP:
+    """The initial global model w(0), reproducible per seed (global RNG state restored)."""
+    state = torch.random.get_rng_state()
+    torch.manual_seed(seed)
+    try:
+        return SeverityMLP(in_features)
+    finally:
+        torch.random.set_rng_state(state)
+
+
+def client_generator(seed: int, server_round: int, cid: int) -> torch.Generator:
+    """Batch-order generator of one client in one round (same in every DP setting: paired comparison)."""
+    return torch.Generator().manual_seed(((seed * 1_000_003 + server_round) * 1_000_003 + cid) % (2**63))
+
+
+def train_local(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, lr: float, batch_size: int, epochs: int,
+                generator: torch.Generator, device: torch.device) -> float:
+    """Adam (fresh state each round) on the MSE loss; returns the mean training loss of the last epoch."""
+    model.train()
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    loss_fn = nn.MSELoss()
+    x, y = x.to(device), y.to(device)
+    n = len(y)
+    last = float("nan")
+    for _ in range(epochs):
+        perm = torch.randperm(n, generator=generator).to(device)
+        total = 0.0
+        for i in range(0, n, batch_size):
+            idx = perm[i : i + batch_size]
+            opt.zero_grad(set_to_none=True)
+            loss = loss_fn(model(x[idx]), y[idx])
+            loss.backward()
+            opt.step()
+            total += float(loss.detach()) * len(idx)
+        last = total / n
+    return last
+
+
+@torch.no_grad()
+def error_sums(model: nn.Module, x: torch.Tensor, y: torch.Tensor, device: torch.device) -> dict[str, float]:
+    """Sums of absolute, relative (|e| / |y|) and squared errors, and the count."""
+    model.eval()
+    pred = model(x.to(device)).cpu().double()
+    yd = y.double()
+    err = (pred - yd).abs()
+    if torch.any(yd == 0):
+        raise ValueError("a target of 0 has no relative error")
+    return {"abs-err-sum": float(err.sum()), "rel-err-sum": float((err / yd.abs()).sum()),
+            "sq-err-sum": float((err**2).sum()), "num-examples": int(len(y))}

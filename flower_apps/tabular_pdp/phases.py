@@ -1,0 +1,121 @@
+"""The tabular-pdp exchanges outside Flower's round loop: anonymize, harmonize, one local fit.
+
+Each is one Flower message round (``train.tabular_pdp`` messages with a ``phase``), one
+logical client per message, replies matched to clients by message id so that error
+replies (which carry no content) are attributed too.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from flwr.app import ArrayRecord, ConfigRecord, Message
+from flwr.serverapp import Grid
+
+from flower_apps.tabular_pdp.config import ACTION, TabularPdpConfig
+from privacy.anonymization import harmonize_levels, validate_levels
+from strategies.cohorts import build_train_messages, plan_cohorts
+
+log = logging.getLogger("flwr")
+
+
+def exchange(grid: Grid, client_ids: Sequence[int], arrays: ArrayRecord, config: ConfigRecord,
+             timeout: float = 3600.0) -> dict[int, Message | None]:
+    """Send one message per client and return client id -> reply (None: no reply before ``timeout``)."""
+    plan = plan_cohorts(list(client_ids), list(grid.get_node_ids()), 1)
+    messages = build_train_messages(plan, arrays, config, ACTION)
+    ids = list(grid.push_messages(messages))
+    owner = {mid: chunk[0] for mid, (_, chunk) in zip(ids, plan)}
+    out: dict[int, Message | None] = {c: None for c in client_ids}
+    pending = set(ids)
+    deadline = time.monotonic() + timeout
+    poll = 0.0005
+    while pending and time.monotonic() < deadline:
+        got = list(grid.pull_messages(pending))
+        for m in got:
+            mid = m.metadata.reply_to_message_id
+            out[owner[mid]] = m
+            pending.discard(mid)
+        if not got:
+            time.sleep(poll)
+            poll = min(poll * 1.5, 0.02)
+    return out
+
+
+def phase_config(cfg: TabularPdpConfig, phase: str, levels: Sequence[int] | None = None,
+                 server_round: int = 0) -> ConfigRecord:
+    rec = ConfigRecord({"run-config": cfg.to_json(), "phase": phase, "server-round": server_round})
+    if levels is not None:
+        rec["levels"] = [int(v) for v in levels]
+    return rec
+
+
+def _reason(reply: Message | None) -> str:
+    if reply is None:
+        return "no reply (timeout or node gone)"
+    if reply.has_error():
+        return f"client error: {reply.error.reason}"
+    return str(reply.content["info"].get("reason", ""))
+
+
+def _ok(reply: Message | None) -> bool:
+    return reply is not None and not reply.has_error() and reply.content["info"]["status"] == "ok"
+
+
+@dataclass
+class AnonymizationOutcome:
+    """What the two anonymization rounds produced (per client, by id)."""
+
+    levels: tuple[int, ...]
+    levels_source: str
+    own: dict[int, dict]
+    harmonized: dict[int, dict]
+    regions: dict[int, str]
+    skipped: dict[int, str]
+
+    @property
+    def active(self) -> list[int]:
+        return sorted(self.harmonized)
+
+
+def anonymize_and_harmonize(grid: Grid, cfg: TabularPdpConfig, client_ids: Sequence[int]) -> AnonymizationOutcome:
+    """Round A: each client's own levels; server: element-wise max; round B: apply it and measure."""
+    skipped: dict[int, str] = {}
+    own: dict[int, dict] = {}
+    regions: dict[int, str] = {}
+    if cfg.levels is None:
+        replies = exchange(grid, client_ids, ArrayRecord(), phase_config(cfg, "anonymize"))
+        for cid, r in replies.items():
+            if _ok(r):
+                m = r.content["metrics"]
+                own[cid] = {"levels": [int(v) for v in m["levels"]], "suppressed": int(m["suppressed"]),
+                            "n_records": int(m["n-records"])}
+                regions[cid] = str(r.content["info"]["region"])
+            else:
+                skipped[cid] = _reason(r)
+                if r is not None and not r.has_error():
+                    regions[cid] = str(r.content["info"].get("region", ""))
+        if not own:
+            raise RuntimeError(f"k-anonymity (k={cfg.k}, suppression <= {cfg.suppression:g}) failed on every client: "
+                               + "; ".join(f"client {c}: {why}" for c, why in sorted(skipped.items())))
+        levels = harmonize_levels([v["levels"] for v in own.values()])
+        source = f"element-wise maximum of {len(own)} clients' anjana levels"
+    else:
+        levels = validate_levels(cfg.levels)
+        source = "fixed by tab-levels"
+    for cid, why in skipped.items():
+        log.warning("tabular-pdp: client %d skipped at anonymization: %s", cid, why)
+    todo = [c for c in client_ids if c not in skipped]
+    replies = exchange(grid, todo, ArrayRecord(), phase_config(cfg, "harmonize", levels))
+    harmonized: dict[int, dict] = {}
+    for cid, r in replies.items():
+        if _ok(r):
+            harmonized[cid] = {k.replace("-", "_"): v for k, v in r.content["metrics"].items()}
+            regions[cid] = str(r.content["info"]["region"])
+        else:
+            skipped[cid] = _reason(r)
+            log.warning("tabular-pdp: client %d skipped at harmonization: %s", cid, skipped[cid])
+    return AnonymizationOutcome(levels, source, own, harmonized, regions, skipped)

@@ -1,0 +1,235 @@
+"""tabular-pdp ServerApp logic: one run (seed, poison) -> one results folder.
+
+Order (paper, Sections IV-VI): (A) anonymize per client and harmonize levels; (B) one local
+training round from w(0) -> pairwise divergence, Figure 1 heatmap, flagged clients excluded;
+(C) clip-norm estimate: aggregate (B) without DP, train again, 90th percentile of the update
+norms; (D) for each setting (vanilla FedAvg, GDP, PDP) num-rounds rounds from the same w(0)
+through Flower's round loop; test MAE / MRE on the clients' test splits each round;
+per-client (eps, delta) for GDP and PDP.
+
+Folder: config.json, anonymization.{json,csv,md}, drift.json, drift_heatmap.png, rounds.jsonl,
+table3.{csv,md}, summary.json.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import warnings
+from collections import OrderedDict
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+from flwr.app import ArrayRecord
+from flwr.serverapp import Grid
+
+from datasets.cancer import describe_source
+from flower_apps.common.results import atomic_write_json, atomic_write_jsonl, config_hash, read_json
+from flower_apps.common.torch_utils import state_to_record
+from flower_apps.tabular_pdp.config import ACTION, TabularPdpConfig
+from flower_apps.tabular_pdp.data import model_features
+from flower_apps.tabular_pdp.model import build_model
+from flower_apps.tabular_pdp.phases import anonymize_and_harmonize, exchange, phase_config
+from flower_apps.tabular_pdp.report import write_anonymization, write_drift, write_run_table
+from privacy.drift import detect_drift, flatten
+from privacy.mechanisms import global_l2_norm
+from privacy.personalized import aggregate_sigma, gdp_sigma
+from privacy.tabular_accounting import client_budgets
+from strategies.base import FastGrid
+from strategies.records import from_numpy, to_numpy
+from strategies.tabular_dp import PersonalizedServerSideClipping, SeededServerSideFixedClipping
+from strategies.tabular_drift import DriftGuard
+from strategies.tabular_fedavg import ClientFedAvg
+
+log = logging.getLogger("flwr")
+SETTING_CODE = {"vanilla": 0, "gdp": 1, "pdp": 2}
+
+
+def run_dir(cfg: TabularPdpConfig) -> Path:
+    """Where a run writes its results."""
+    return Path(cfg.results_dir) / "tabular-pdp" / "runs" / (cfg.run_name or cfg.default_run_name)
+
+
+def is_complete(cfg: TabularPdpConfig) -> bool:
+    """True when this exact config already has a summary (sweeps resume)."""
+    p = run_dir(cfg) / "summary.json"
+    try:
+        return p.is_file() and read_json(p).get("config_hash") == config_hash(asdict(cfg))
+    except (OSError, ValueError):
+        return False
+
+
+def weighted_mean(models: dict[int, OrderedDict], weights: dict[int, float]) -> OrderedDict:
+    """FedAvg of client models (weights = train sizes), accumulated in float64."""
+    total = float(sum(weights[c] for c in models))
+    first = next(iter(models.values()))
+    out = OrderedDict()
+    for k in first:
+        acc = sum(models[c][k].astype(np.float64) * (weights[c] / total) for c in models)
+        out[k] = acc.astype(first[k].dtype)
+    return out
+
+
+def local_fit(grid: Grid, cfg: TabularPdpConfig, clients: list[int], arrays: ArrayRecord, levels, server_round: int
+              ) -> tuple[dict[int, OrderedDict], dict[int, int], dict[int, str]]:
+    """One local training round outside the strategy loop: (models, train sizes, failures)."""
+    replies = exchange(grid, clients, arrays, phase_config(cfg, "fit", levels, server_round))
+    models, sizes, failed = {}, {}, {}
+    for cid, r in replies.items():
+        if r is None or r.has_error():
+            failed[cid] = "no reply" if r is None else r.error.reason
+            continue
+        models[cid] = to_numpy(r.content["arrays"])
+        sizes[cid] = int(r.content["metrics"]["num-examples"])
+    return models, sizes, failed
+
+
+def _strategy(setting: str, cfg: TabularPdpConfig, clients: list[int], clip_norm: float, risks: dict[int, float]):
+    base = ClientFedAvg(clients, ACTION)
+    rng = np.random.default_rng([cfg.seed, SETTING_CODE[setting], 1])
+    if setting == "vanilla":
+        strat = base
+    elif setting == "gdp":
+        strat = SeededServerSideFixedClipping(base, cfg.noise_multiplier, clip_norm, len(clients), rng)
+    else:
+        strat = PersonalizedServerSideClipping(base, cfg.noise_multiplier, clip_norm, risks, rng)
+    if cfg.drift_recheck > 0:
+        return DriftGuard(strat, base, cfg.drift_recheck, cfg.drift_threshold), strat, base
+    return strat, strat, base
+
+
+def run_setting(grid: Grid, cfg: TabularPdpConfig, setting: str, clients: list[int], w0: ArrayRecord, levels,
+                clip_norm: float, risks: dict[int, float], sizes: dict[int, int]) -> tuple[dict, list[dict]]:
+    """num-rounds rounds of one setting through Flower's Strategy.start; (summary, per-round rows)."""
+    outer, dp, base = _strategy(setting, cfg, clients, clip_norm, risks)
+    train_config = phase_config(cfg, "fit", levels)
+    t0 = time.perf_counter()
+    result = outer.start(FastGrid(grid), w0, num_rounds=cfg.num_rounds, timeout=3600, train_config=train_config,
+                         evaluate_config=phase_config(cfg, "evaluate", levels))
+    rows = []
+    for r in range(1, cfg.num_rounds + 1):
+        ev = result.evaluate_metrics_clientapp.get(r, {})
+        tr = result.train_metrics_clientapp.get(r, {})
+        row = {"setting": setting, "round": r, "test_mae": ev.get("test-mae"), "test_mre": ev.get("test-mre"),
+               "test_rmse": ev.get("test-rmse"), "train_loss": tr.get("train-loss"),
+               "contributors": base.contributors.get(r, [])}
+        info = getattr(dp, "rounds", {}).get(r)
+        if info:
+            row.update({"clipped": info.get("clipped"), "m": info.get("m"), "sigma": info.get("sigma"),
+                        "sigmas": info.get("sigmas"), "max_update_norm": max(info["update_norms"].values(), default=0)})
+        rows.append(row)
+    last = rows[-1]
+    summary = {"setting": setting, "final_mae": last["test_mae"], "final_mre": last["test_mre"],
+               "final_rmse": last["test_rmse"], "per_client": {str(c): v for c, v in base.per_client_eval.items()},
+               "clients": base.client_ids, "seconds": time.perf_counter() - t0}
+    if setting != "vanilla":
+        summary.update(_accounting(setting, cfg, dp, base, clip_norm, sizes))
+    if isinstance(outer, DriftGuard):
+        summary["drift_rechecks"] = {str(r): rep.to_json() for r, rep in outer.reports.items()}
+    return summary, rows
+
+
+def _accounting(setting: str, cfg: TabularPdpConfig, dp, base: ClientFedAvg, clip_norm: float,
+                sizes: dict[int, int]) -> dict:
+    contributed = sorted({c for cs in base.contributors.values() for c in cs})
+    rounds = {c: sum(c in cs for cs in base.contributors.values()) for c in contributed}
+    weights = {c: sizes[c] for c in contributed}
+    if not contributed:
+        return {"accounting": {}}
+    if setting == "gdp":
+        sig = min(info["sigma"] for info in dp.rounds.values() if "sigma" in info)
+        budgets = client_budgets(weights, clip_norm, sig, rounds, cfg.delta)
+        ratio = 1.0
+    else:
+        per_round = []
+        server_view: dict[int, float] = {}
+        for info in dp.rounds.values():
+            ids = list(info["sigmas"])
+            per_round.append(aggregate_sigma([info["sigmas"][c] for c in ids], [sizes[c] for c in ids]))
+            for c in ids:
+                server_view[c] = min(server_view.get(c, np.inf), info["sigmas"][c])
+        sig = min(per_round)
+        budgets = client_budgets(weights, clip_norm, sig, rounds, cfg.delta, server_view)
+        ratio = sig / gdp_sigma(cfg.noise_multiplier, clip_norm, len(contributed))
+    eps = [b["eps_rdp"] for b in budgets.values()]
+    return {"sigma_release": sig, "sigma_release_over_gdp": ratio,
+            "eps_rdp_min": min(eps), "eps_rdp_max": max(eps), "delta": cfg.delta,
+            "accounting": {str(c): b for c, b in budgets.items()}}
+
+
+def server_main(grid: Grid, cfg: TabularPdpConfig) -> dict:
+    """Run one configuration through Flower and write its results folder. Returns the summary."""
+    out = run_dir(cfg)
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(out / "config.json", asdict(cfg))
+    t_start = time.perf_counter()
+    if cfg.noise_multiplier == 0 and {"gdp", "pdp"} & set(cfg.settings):
+        warnings.warn("tab-noise-multiplier = 0: GDP and PDP add no noise (epsilon is infinite)", stacklevel=2)
+    clients = list(range(cfg.num_clients))
+
+    # (A) anonymization: two message rounds
+    anon = anonymize_and_harmonize(grid, cfg, clients)
+    write_anonymization(anon, cfg, out)
+    active = anon.active
+    if len(active) < 2:
+        raise RuntimeError(f"only {len(active)} client(s) left after anonymization; skipped: {anon.skipped}")
+    levels = anon.levels
+    in_features = len(model_features(cfg.features, levels))
+    w0 = state_to_record(build_model(cfg.seed, in_features))
+    log.info("tabular-pdp %s: levels %s, %d active clients, %d model inputs", out.name, list(levels), len(active),
+             in_features)
+
+    # (B) drift detection after a first local round from w(0)
+    models, sizes, failed = local_fit(grid, cfg, active, w0, levels, server_round=1)
+    ids = sorted(models)
+    report = detect_drift(ids, [flatten(models[c]) for c in ids], cfg.drift_threshold)
+    poisoned = cfg.poison_client if cfg.poison != "none" else None
+    write_drift(report, anon.regions, poisoned, out)
+    participants = [c for c in ids if not (cfg.drift_exclude and c in report.flagged)]
+    if len(participants) < 2:
+        raise RuntimeError(f"only {len(participants)} client(s) left after drift detection (flagged {report.flagged})")
+
+    # (C) clip-norm estimate (paper, Sec. VI): FedAvg without DP, train again, quantile of ||w_i - w_bar||
+    w_bar = weighted_mean({c: models[c] for c in participants}, sizes)
+    models2, sizes2, failed2 = local_fit(grid, cfg, participants, from_numpy(w_bar), levels, server_round=2)
+    norms = {c: global_l2_norm([m[k].astype(np.float64) - w_bar[k] for k in w_bar]) for c, m in models2.items()}
+    clip_est = float(np.quantile(list(norms.values()), cfg.clip_quantile))
+    clip_norm = clip_est if cfg.clip_mode == "estimate" else cfg.clip_norm
+    risks = {c: float(anon.harmonized[c]["arirec"]) for c in participants}
+
+    # (D) the three settings
+    all_rows: list[dict] = []
+    settings: dict[str, dict] = {}
+    for setting in cfg.settings:
+        summ, rows = run_setting(grid, cfg, setting, participants, w0, levels, clip_norm, risks, sizes)
+        settings[setting] = summ
+        all_rows += rows
+        atomic_write_jsonl(out / "rounds.jsonl", all_rows)
+        log.info("[%s] %s: MAE %.4f, MRE %.4f", out.name, setting, summ["final_mae"], summ["final_mre"])
+
+    summary = {
+        "config_hash": config_hash(asdict(cfg)), "run": out.name, "seed": cfg.seed, "preset": cfg.preset,
+        "dataset": cfg.dataset, "data_notes": _data_notes(cfg), "levels": list(levels),
+        "levels_source": anon.levels_source, "anonymization": {str(c): v for c, v in anon.harmonized.items()},
+        "own_levels": {str(c): v for c, v in anon.own.items()}, "regions": {str(c): r for c, r in anon.regions.items()},
+        "skipped": {str(c): v for c, v in anon.skipped.items()}, "model_inputs": list(model_features(cfg.features, levels)),
+        "poison": cfg.poison, "poisoned_client": poisoned, "drift": report.to_json(),
+        "detection_failures": {str(c): v for c, v in {**failed, **failed2}.items()},
+        "participants": participants, "train_sizes": {str(c): sizes[c] for c in participants},
+        "clip_norm_estimate": clip_est, "clip_norm": clip_norm, "clip_mode": cfg.clip_mode,
+        "clip_quantile": cfg.clip_quantile, "update_norms_estimation": {str(c): v for c, v in norms.items()},
+        "noise_multiplier": cfg.noise_multiplier, "num_rounds": cfg.num_rounds, "local_epochs": cfg.local_epochs,
+        "settings": settings, "wall_seconds": time.perf_counter() - t_start,
+    }
+    if settings:
+        write_run_table(summary, out)
+    atomic_write_json(out / "summary.json", summary)
+    return summary
+
+
+def _data_notes(cfg: TabularPdpConfig) -> list[str]:
+    notes = [describe_source(cfg.dataset, cfg.data_dir)]
+    if cfg.data_fraction < 1:
+        notes.append(f"data-fraction {cfg.data_fraction:g} of each region's rows (fixed-seed subsample)")
+    return notes

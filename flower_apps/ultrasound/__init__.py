@@ -1,0 +1,1 @@
+"""Ultrasound study: federated learning with DP-SGD for breast-ultrasound classification."""

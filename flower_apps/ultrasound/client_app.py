@@ -1,0 +1,80 @@
+"""Ultrasound ClientApp logic: one federated round, or a whole local-only training, for one client.
+
+The client reads everything from the message: the run config (``run-config``), the round
+(``server-round``), its logical client id (``node-clients`` map), and FedProx's ``proximal-mu``
+when the strategy sends it.
+"""
+
+from __future__ import annotations
+
+import time
+
+from flwr.app import ConfigRecord, Context, Message, MetricRecord, RecordDict
+
+from flower_apps.common.torch_utils import pick_device, record_to_state, state_to_record
+from flower_apps.ultrasound.config import UltrasoundConfig
+from flower_apps.ultrasound.data import build_data, data_key
+from flower_apps.ultrasound.models import model_skeleton
+from flower_apps.ultrasound.train import DpSettings, client_seed, evaluate, lr_at_round, train_local
+from strategies.ultrasound_fl import client_of
+
+METRICS_KEY = "metrics"
+
+
+def dp_settings(cfg: UltrasoundConfig) -> DpSettings | None:
+    return DpSettings(cfg.noise_multiplier, cfg.max_grad_norm, cfg.grad_sample_mode) if cfg.dp_sgd else None
+
+
+def train(msg: Message, context: Context) -> Message:
+    """Handle a ``train.ultrasound`` message."""
+    t0 = time.perf_counter()
+    conf: ConfigRecord = msg.content["config"]
+    cfg = UltrasoundConfig.from_json(str(conf["run-config"]))
+    cid = client_of(conf, context.node_id)
+    server_round = int(conf["server-round"])
+    data = build_data(data_key(cfg))
+    device = pick_device(cfg.device)
+    model = model_skeleton(cfg.arch, data.num_classes, cfg.image_size, cfg.dp_sgd)
+    model.load_state_dict(record_to_state(msg.content["arrays"]))
+    x, y = data.client_train_data(cid)
+    owners = data.train_owners()[data.client_train[cid]]
+    if cfg.mode == "local":
+        return _local_only(msg, cfg, cid, model, x, y, owners, data, device, t0)
+    mu = float(conf["proximal-mu"]) if "proximal-mu" in conf else 0.0
+    lr = lr_at_round(cfg.lr, server_round, cfg.num_rounds)
+    stats = train_local(model, x, y, epochs=cfg.local_epochs, batch_size=cfg.batch_size, lr_for_epoch=lambda e: lr,
+                        device=device, seed=client_seed(cfg.seed, server_round, cid), proximal_mu=mu,
+                        dp=dp_settings(cfg), owners=owners, profiles=data.profiles)
+    metrics = MetricRecord({
+        "num-examples": int(len(y)), "client-id": cid, "train-loss": stats.loss, "steps": stats.steps,
+        "train-seconds": stats.seconds, "step-seconds": stats.step_seconds, "lr": lr, "proximal-mu": mu,
+        "sample-rate": stats.sample_rate or 0.0, "noise-multiplier": cfg.noise_multiplier if cfg.dp_sgd else 0.0,
+        "handler-seconds": time.perf_counter() - t0, "cuda": int(device.type == "cuda"),
+    })
+    return Message(RecordDict({"arrays": state_to_record(model), METRICS_KEY: metrics}), reply_to=msg)
+
+
+def _local_only(msg, cfg, cid, model, x, y, owners, data, device, t0) -> Message:
+    """Local-only baseline: this client alone, T x E epochs with the same schedule, test after each T-step."""
+    curve: list[float] = []
+    e_per_round = cfg.local_epochs
+
+    def on_epoch_end(epoch: int, m) -> None:
+        if epoch % e_per_round == 0:
+            curve.append(evaluate(m, data.x["test"], data.y["test"], device)["accuracy"])
+
+    stats = train_local(model, x, y, epochs=cfg.num_rounds * e_per_round, batch_size=cfg.batch_size,
+                        lr_for_epoch=lambda e: lr_at_round(cfg.lr, -(-e // e_per_round), cfg.num_rounds),
+                        device=device, seed=client_seed(cfg.seed, 0, cid), dp=dp_settings(cfg), owners=owners,
+                        profiles=data.profiles, on_epoch_end=on_epoch_end)
+    test = evaluate(model, data.x["test"], data.y["test"], device)
+    xv, yv = data.client_val_data(cid)
+    val = evaluate(model, xv, yv, device) if len(yv) else {}
+    rec = {"num-examples": int(len(y)), "client-id": cid, "train-loss": stats.loss, "steps": stats.steps,
+           "train-seconds": stats.seconds, "step-seconds": stats.step_seconds,
+           "sample-rate": stats.sample_rate or 0.0, "noise-multiplier": cfg.noise_multiplier if cfg.dp_sgd else 0.0,
+           "acc-curve": curve, "handler-seconds": time.perf_counter() - t0,
+           "confusion": [v for row in test["confusion"] for v in row]}
+    rec.update({f"test-{k}": float(v) for k, v in test.items() if k != "confusion"})
+    rec.update({f"val-{k}": float(v) for k, v in val.items() if k != "confusion"})
+    return Message(RecordDict({METRICS_KEY: MetricRecord(rec)}), reply_to=msg)

@@ -1,0 +1,148 @@
+"""The ultrasound data plan: source -> preprocessing -> task -> splits -> K client partitions.
+
+Built identically (and cached per process) by the ServerApp and every ClientApp from the
+config alone, so messages never carry data or indices. Images are stored preprocessed
+(bicubic resize, CLAHE, blur) as uint8; augmentation and normalization happen per batch.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from datasets.busi import TASKS, UltrasoundImages, global_splits, load_ultrasound
+from datasets.partition import partition
+from datasets.transforms import IDENTITY_PROFILE, ScannerProfile, preprocess_many, scanner_profiles
+from datasets.ultrasound_partition import client_validation_sets, partition_table
+
+log = logging.getLogger(__name__)
+
+# us-partition -> (label skew, quantity skew, feature skew)
+PARTITION_KINDS = {
+    "iid": (False, False, False),
+    "non-iid": (True, True, True),
+    "label": (True, False, False),
+    "quantity": (False, True, False),
+    "feature": (False, False, True),
+}
+
+
+@dataclass(frozen=True)
+class DataKey:
+    """The config fields the data plan depends on."""
+
+    dataset: str
+    data_dir: str
+    synthetic_fallback: bool
+    image_size: int
+    task: str
+    data_fraction: float
+    seed: int
+    partition: str
+    num_clients: int
+    dirichlet_alpha: float
+    quantity_sigma: float
+    feature_skew: float
+
+
+@dataclass
+class UltrasoundData:
+    """Preprocessed uint8 images per split, client indices into 'train' / 'val', scanner profiles."""
+
+    name: str
+    synthetic: bool
+    notes: list[str]
+    class_names: tuple[str, ...]
+    x: dict[str, torch.Tensor]  # 'train', 'val', 'test': uint8 (n, S, S)
+    y: dict[str, torch.Tensor]  # int64 (n,)
+    client_train: list[np.ndarray]
+    client_val: list[np.ndarray]
+    profiles: list[ScannerProfile]
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.class_names)
+
+    def client_train_data(self, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        idx = torch.from_numpy(self.client_train[k])
+        return self.x["train"][idx], self.y["train"][idx]
+
+    def client_val_data(self, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        idx = torch.from_numpy(self.client_val[k])
+        return self.x["val"][idx], self.y["val"][idx]
+
+    def train_owners(self) -> np.ndarray:
+        """Client id of every 'train' image (for the centralized baseline's per-scanner augmentation)."""
+        owner = np.full(len(self.y["train"]), -1, dtype=np.int64)
+        for k, idx in enumerate(self.client_train):
+            owner[idx] = k
+        return owner
+
+    def partition_rows(self) -> list[dict]:
+        """The paper's Table 2 for this plan (train partition, plus each client's validation size)."""
+        rows = partition_table(self.y["train"].numpy(), self.client_train, self.class_names)
+        for row, v, prof in zip(rows, self.client_val, self.profiles):
+            row["val size"] = int(len(v))
+            row["brightness"] = f"[{prof.brightness[0]:+.2f}, {prof.brightness[1]:+.2f}]"
+            row["contrast"] = f"[{prof.contrast[0]:.2f}, {prof.contrast[1]:.2f}]"
+            row["rotation (deg)"] = f"+-{prof.rotation_deg:.0f}"
+        return rows
+
+
+@functools.lru_cache(maxsize=2)
+def _source(dataset: str, data_dir: str, fallback: bool) -> UltrasoundImages:
+    return load_ultrasound(dataset, data_dir or None, allow_synthetic_fallback=fallback)
+
+
+@functools.lru_cache(maxsize=2)
+def _preprocessed(dataset: str, data_dir: str, fallback: bool, size: int) -> np.ndarray:
+    return preprocess_many(_source(dataset, data_dir, fallback).images, size)
+
+
+@functools.lru_cache(maxsize=4)
+def build_data(key: DataKey) -> UltrasoundData:
+    """Load, preprocess, apply the task, split (10% test with a fixed seed, 80/10 train/val) and partition."""
+    src = _source(key.dataset, key.data_dir, key.synthetic_fallback)
+    images = _preprocessed(key.dataset, key.data_dir, key.synthetic_fallback, key.image_size)
+    task = TASKS[key.task]
+    keep, task_labels = task.apply(src.labels, src.class_names)
+    # Splits on the *base* labels of all images, so every task shares the same test images.
+    splits = global_splits(src.labels, key.seed, key.data_fraction)
+    pos = np.full(len(src.labels), -1)
+    pos[keep] = np.arange(len(keep))
+    x, y = {}, {}
+    for part, idx in splits.items():
+        idx = idx[pos[idx] >= 0]
+        x[part] = torch.from_numpy(images[idx])
+        y[part] = torch.from_numpy(task_labels[pos[idx]].astype(np.int64))
+    label_skew, quantity_skew, feature_skew = PARTITION_KINDS[key.partition]
+    ytr = y["train"].numpy()
+    if key.num_clients > len(ytr):
+        raise ValueError(f"num-clients ({key.num_clients}) is larger than the training set ({len(ytr)})")
+    if label_skew or quantity_skew:
+        clients = partition("label-quantity-skew", ytr, key.num_clients, key.seed, alpha=key.dirichlet_alpha,
+                            sigma=key.quantity_sigma, label_skew=label_skew, quantity_skew=quantity_skew,
+                            min_size=min(2, len(ytr) // key.num_clients))
+    else:
+        clients = partition("iid", ytr, key.num_clients, key.seed)
+    vals = client_validation_sets(np.arange(len(y["val"])), np.array([len(c) for c in clients]),
+                                  np.random.default_rng([key.seed, 23]))
+    profiles = (scanner_profiles(key.num_clients, np.random.default_rng([key.seed, 31]), key.feature_skew)
+                if feature_skew else [IDENTITY_PROFILE] * key.num_clients)
+    notes = list(src.notes) + [f"task {task.name}: {len(ytr)} train / {len(y['val'])} val / {len(y['test'])} test"]
+    if key.data_fraction < 1:
+        notes.append(f"data-fraction {key.data_fraction}: the non-test pool was subsampled")
+    if src.synthetic:
+        log.warning("SYNTHETIC DATA in use (%s): results are not comparable to anything", src.name)
+    return UltrasoundData(src.name, src.synthetic, notes, task.class_names, x, y, clients, vals, profiles)
+
+
+def data_key(cfg) -> DataKey:  # cfg: UltrasoundConfig (duck-typed)
+    """The DataKey of an ultrasound config."""
+    return DataKey(cfg.dataset, cfg.data_dir, cfg.synthetic_fallback, cfg.image_size, cfg.task, cfg.data_fraction,
+                   cfg.seed, cfg.partition, cfg.num_clients, cfg.dirichlet_alpha, cfg.quantity_sigma,
+                   cfg.feature_skew)

@@ -1,0 +1,261 @@
+"""Ultrasound ServerApp logic: one run (task, partition, backbone, method, DP setting, seed) -> one folder.
+
+Modes: ``federated`` (Flower's FedAvg / FedProx / FedAdam over K clients, one per node),
+``centralized`` (baseline on the union of the client training sets, same budget T x E epochs
+and schedule, trained in the ServerApp), ``local`` (one model per client, trained by the
+clients; one message each). Every mode evaluates on the shared global test set after
+each round (or round-equivalent) and evaluates the final model(s) per client.
+
+Folder: config.json, model.json, rounds.jsonl, summary.json, table2_partition, metrics,
+per_client, accounting (DP), communication tables (CSV + Markdown) and figures.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
+from flwr.serverapp import Grid
+
+from flower_apps.common.results import atomic_write_json, atomic_write_jsonl, config_hash, read_json
+from flower_apps.common.torch_utils import pick_device, record_to_state, state_to_record
+from flower_apps.ultrasound.config import ACTION, UltrasoundConfig
+from flower_apps.ultrasound.data import UltrasoundData, build_data, data_key
+from flower_apps.ultrasound.models import create_model
+from flower_apps.ultrasound.report import write_run_outputs
+from flower_apps.ultrasound.train import DpSettings, client_seed, evaluate, lr_at_round, train_local
+from privacy.dpsgd import DpSgdLedger, paper_sqrt_t_bound, rdp_epsilon
+from strategies.base import FastGrid
+from strategies.cohorts import wait_for_nodes
+from strategies.ultrasound_fl import NODE_CLIENTS_KEY, build_ultrasound_strategy, node_client_map
+
+log = logging.getLogger("flwr")
+BYTES_PER_PARAM = 4  # float32
+
+
+def run_dir(cfg: UltrasoundConfig) -> Path:
+    return Path(cfg.results_dir) / "ultrasound" / "runs" / (cfg.run_name or cfg.default_run_name)
+
+
+def is_complete(cfg: UltrasoundConfig) -> bool:
+    """True when this exact config already has a summary (sweeps resume)."""
+    p = run_dir(cfg) / "summary.json"
+    try:
+        return p.is_file() and read_json(p).get("config_hash") == config_hash(asdict(cfg))
+    except (OSError, ValueError):
+        return False
+
+
+def communication(num_params: int, payload_bytes: int, num_clients: int, num_rounds: int) -> dict:
+    """The paper's Table 4: 2 x |theta| x 4 bytes x K per round (down + up), and the actual payload."""
+    per_round = 2 * num_params * BYTES_PER_PARAM * num_clients
+    return {"num_params": num_params, "bytes_per_round": per_round, "mb_per_round": per_round / 2**20,
+            "total_mb": per_round * num_rounds / 2**20,
+            "payload_bytes_per_model": payload_bytes,  # params + buffers actually sent (e.g. BN statistics)
+            "payload_mb_per_round": 2 * payload_bytes * num_clients / 2**20}
+
+
+def accounting(ledgers: dict[int, DpSgdLedger], cfg: UltrasoundConfig) -> dict:
+    """Per client: RDP epsilon (dp-accounting, actual q and steps) and the paper's sqrt(T) estimate."""
+    rows = []
+    for k, led in sorted(ledgers.items()):
+        q = led.events[0].sample_rate if led.events else math.nan
+        rows.append({"client": k, "sample_rate": q, "steps": led.total_steps,
+                     "eps_rdp": rdp_epsilon(led.events, cfg.delta),
+                     "eps_paper_sqrtT": paper_sqrt_t_bound(cfg.noise_multiplier, led.total_steps, cfg.delta)})
+    eps = [r["eps_rdp"] for r in rows]
+    return {"delta": cfg.delta, "noise_multiplier": cfg.noise_multiplier, "max_grad_norm": cfg.max_grad_norm,
+            "accountant": "dp_accounting RdpAccountant, PoissonSampled(Gaussian) per step", "per_client": rows,
+            "eps_rdp_max": max(eps) if eps else math.nan,
+            "eps_paper_sqrtT_max": max((r["eps_paper_sqrtT"] for r in rows), default=math.nan)}
+
+
+def _row(server_round: int, test: dict, val: dict | None, extra: dict) -> dict:
+    row = {"round": server_round, **{f"test_{k}": v for k, v in test.items() if k != "confusion"}}
+    if val:
+        row.update({f"val_{k}": v for k, v in val.items() if k != "confusion"})
+    row.update(extra)
+    return row
+
+
+def _per_client_eval(model, data: UltrasoundData, device) -> list[dict]:
+    out = []
+    for k in range(len(data.client_val)):
+        xv, yv = data.client_val_data(k)
+        m = evaluate(model, xv, yv, device) if len(yv) else {}
+        out.append({"client": k, "n_val": int(len(yv)), **{k2: v for k2, v in m.items() if k2 != "confusion"}})
+    return out
+
+
+def server_main(grid: Grid, cfg: UltrasoundConfig) -> dict:
+    """Run one configuration and write its results folder. Returns the summary."""
+    out = run_dir(cfg)
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(out / "config.json", asdict(cfg))
+    data = build_data(data_key(cfg))
+    device = pick_device(cfg.device)
+    model, info = create_model(cfg.arch, data.num_classes, cfg.image_size, dp=cfg.dp_sgd, pretrained=cfg.pretrained,
+                               weights_dir=cfg.weights_dir, seed=cfg.seed)
+    atomic_write_json(out / "model.json", info)
+    initial = state_to_record(model)
+    payload = int(sum(a.numpy().nbytes for a in initial.values()))
+    t_start = time.perf_counter()
+    log.info("ultrasound %s: %s on %s (%s), %d train / %d test, device %s", out.name, cfg.method, cfg.arch,
+             info["weights"], len(data.y["train"]), len(data.y["test"]), device)
+    if cfg.mode == "federated":
+        res = _federated(grid, cfg, model, initial, data, device)
+    elif cfg.mode == "centralized":
+        res = _centralized(cfg, model, data, device)
+    else:
+        res = _local_only(grid, cfg, initial, data)
+    rounds, per_client, final, ledgers, timing = res
+    summary = {
+        "config_hash": config_hash(asdict(cfg)), "run": out.name, "method": cfg.method, "mode": cfg.mode,
+        "algorithm": cfg.algorithm if cfg.mode == "federated" else None, "arch": cfg.arch,
+        "paper_name": info["paper_name"], "weights": info["weights"], "pretrained_loaded": info["pretrained_loaded"],
+        "dp_model_changes": len(info["dp_model_changes"]), "task": cfg.task, "class_names": list(data.class_names),
+        "partition": cfg.partition, "dataset": data.name, "synthetic": data.synthetic, "data_notes": data.notes,
+        "image_size": cfg.image_size, "num_clients": cfg.num_clients, "num_rounds": cfg.num_rounds,
+        "local_epochs": cfg.local_epochs, "batch_size": cfg.batch_size, "lr": cfg.lr, "seed": cfg.seed,
+        "dp_sgd": cfg.dp_sgd, "max_grad_norm": cfg.max_grad_norm if cfg.dp_sgd else None,
+        "noise_multiplier": cfg.noise_multiplier if cfg.dp_sgd else None,
+        "grad_sample_mode": cfg.grad_sample_mode if cfg.dp_sgd else None,
+        "proximal_mu": cfg.proximal_mu if cfg.method == "fedprox" else None,
+        "n_train": int(len(data.y["train"])), "n_val": int(len(data.y["val"])), "n_test": int(len(data.y["test"])),
+        "device": str(device), "wall_seconds": time.perf_counter() - t_start,
+        **{f"test_{k}": v for k, v in final.items() if k != "confusion"}, "confusion": final.get("confusion"),
+        "best_accuracy": max((r["test_accuracy"] for r in rounds), default=final.get("accuracy")),
+        "acc_curve": [r["test_accuracy"] for r in rounds], "f1_curve": [r.get("test_f1") for r in rounds],
+        "per_client": per_client, "timing": timing,
+        "communication": communication(info["num_params"], payload, cfg.num_clients, cfg.num_rounds)
+        if cfg.mode == "federated" else None,
+        "accounting": accounting(ledgers, cfg) if cfg.dp_sgd else None,
+    }
+    write_run_outputs(out, summary, rounds, data.partition_rows(), info)
+    atomic_write_json(out / "summary.json", summary)  # last: its presence marks the run complete
+    return summary
+
+
+def _timing(round_seconds: list[float], client_rows: list[dict]) -> dict:
+    steps = [r["step-seconds"] for r in client_rows if r.get("steps")]
+    train = [r["train-seconds"] for r in client_rows]
+    return {"mean_round_seconds": float(np.mean(round_seconds)) if round_seconds else math.nan,
+            "mean_step_seconds": float(np.mean(steps)) if steps else math.nan,
+            "mean_client_train_seconds": float(np.mean(train)) if train else math.nan,
+            "round_seconds": round_seconds}
+
+
+def _federated(grid: Grid, cfg: UltrasoundConfig, model, initial: ArrayRecord, data: UltrasoundData, device):
+    nodes = wait_for_nodes(grid, cfg.num_clients)
+    strategy = build_ultrasound_strategy(cfg.algorithm, proximal_mu=cfg.proximal_mu, server_lr=cfg.server_lr,
+                                         beta1=cfg.beta1, beta2=cfg.beta2,
+                                         buffer_keys=[n for n, _ in model.named_buffers()])
+    strategy.set_cohort(node_client_map(nodes, cfg.num_clients))
+    model.to(device)
+    rounds: list[dict] = []
+    last = {"t": time.perf_counter()}
+    out = run_dir(cfg)
+    round_seconds: list[float] = []
+
+    def evaluate_fn(server_round: int, arrays: ArrayRecord) -> MetricRecord:
+        model.load_state_dict({k: v.to(device) for k, v in record_to_state(arrays).items()})
+        test = evaluate(model, data.x["test"], data.y["test"], device)
+        if server_round == 0:
+            last["t"] = time.perf_counter()
+            return MetricRecord({"test-accuracy": test["accuracy"]})
+        val = evaluate(model, data.x["val"], data.y["val"], device)
+        cm = strategy.client_metrics.get(server_round, [])
+        now = time.perf_counter()
+        round_seconds.append(now - last["t"])
+        last["t"] = now
+        rounds.append(_row(server_round, test, val, {
+            "round_seconds": round_seconds[-1], "lr": lr_at_round(cfg.lr, server_round, cfg.num_rounds),
+            "train_loss": float(np.mean([m["train-loss"] for m in cm])) if cm else math.nan,
+            "client_train_seconds_max": max((m["train-seconds"] for m in cm), default=math.nan),
+            "step_seconds_mean": float(np.mean([m["step-seconds"] for m in cm])) if cm else math.nan,
+            "clients_replied": len(cm)}))
+        atomic_write_jsonl(out / "rounds.jsonl", rounds)
+        log.info("[%s] round %d/%d  acc %.4f  f1 %.4f  (%.1fs)", out.name, server_round, cfg.num_rounds,
+                 test["accuracy"], test["f1"], round_seconds[-1])
+        return MetricRecord({"test-accuracy": test["accuracy"]})
+
+    result = strategy.start(FastGrid(grid), initial, num_rounds=cfg.num_rounds, timeout=24 * 3600,
+                            train_config=ConfigRecord({"run-config": cfg.to_json()}), evaluate_fn=evaluate_fn)
+    model.load_state_dict({k: v.to(device) for k, v in record_to_state(result.arrays).items()})
+    final = evaluate(model, data.x["test"], data.y["test"], device)
+    ledgers: dict[int, DpSgdLedger] = {k: DpSgdLedger() for k in range(cfg.num_clients)}
+    all_rows = [m for r in sorted(strategy.client_metrics) for m in strategy.client_metrics[r]]
+    if cfg.dp_sgd:
+        for m in all_rows:
+            ledgers[int(m["client-id"])].record(m["noise-multiplier"], m["sample-rate"], int(m["steps"]))
+    return rounds, _per_client_eval(model, data, device), final, ledgers, _timing(round_seconds, all_rows)
+
+
+def _centralized(cfg: UltrasoundConfig, model, data: UltrasoundData, device):
+    """Baseline: the union of the client training sets, T x E epochs, the same schedule, test per round-equivalent."""
+    e = cfg.local_epochs
+    rounds: list[dict] = []
+    last = {"t": time.perf_counter()}
+    round_seconds: list[float] = []
+
+    def on_epoch_end(epoch: int, m) -> None:
+        if epoch % e:
+            return
+        r = epoch // e
+        now = time.perf_counter()
+        round_seconds.append(now - last["t"])
+        test = evaluate(m, data.x["test"], data.y["test"], device)
+        rounds.append(_row(r, test, evaluate(m, data.x["val"], data.y["val"], device),
+                           {"round_seconds": round_seconds[-1], "lr": lr_at_round(cfg.lr, r, cfg.num_rounds)}))
+        atomic_write_jsonl(run_dir(cfg) / "rounds.jsonl", rounds)
+        last["t"] = time.perf_counter()
+
+    dp = DpSettings(cfg.noise_multiplier, cfg.max_grad_norm, cfg.grad_sample_mode) if cfg.dp_sgd else None
+    stats = train_local(model, data.x["train"], data.y["train"], epochs=cfg.num_rounds * e, batch_size=cfg.batch_size,
+                        lr_for_epoch=lambda ep: lr_at_round(cfg.lr, -(-ep // e), cfg.num_rounds), device=device,
+                        seed=client_seed(cfg.seed, 0, 10**6), dp=dp, owners=data.train_owners(),
+                        profiles=data.profiles, on_epoch_end=on_epoch_end)
+    final = evaluate(model, data.x["test"], data.y["test"], device)
+    ledger = DpSgdLedger()
+    if dp is not None:
+        ledger.record(cfg.noise_multiplier, stats.sample_rate, stats.steps)
+    timing = _timing(round_seconds, [{"steps": stats.steps, "step-seconds": stats.step_seconds,
+                                      "train-seconds": stats.seconds}])
+    return rounds, _per_client_eval(model, data, device), final, {0: ledger}, timing
+
+
+def _local_only(grid: Grid, cfg: UltrasoundConfig, initial: ArrayRecord, data: UltrasoundData):
+    """Baseline: each client trains its own model for T x E epochs (one message per client)."""
+    import json
+
+    nodes = node_client_map(wait_for_nodes(grid, cfg.num_clients), cfg.num_clients)
+    conf = ConfigRecord({"run-config": cfg.to_json(), "server-round": 0,
+                         NODE_CLIENTS_KEY: json.dumps({str(n): k for n, k in nodes.items()})})
+    msgs = [Message(RecordDict({"arrays": initial, "config": conf}), message_type=f"{MessageType.TRAIN}.{ACTION}",
+                    dst_node_id=n) for n in nodes]
+    replies = FastGrid(grid).send_and_receive(msgs, timeout=24 * 3600)
+    bad = [m for m in replies if m.has_error()]
+    if bad or len(replies) < len(msgs):
+        reason = bad[0].error.reason if bad else "missing replies"
+        raise RuntimeError(f"local-only: {len(bad)} errors / {len(msgs) - len(replies)} missing ({reason})")
+    rows = sorted((dict(m.content["metrics"]) for m in replies), key=lambda r: r["client-id"])
+    c = len(data.class_names)
+    keys = ("accuracy", "f1", "precision", "recall", "specificity", "auc")
+    per_client = [{"client": int(r["client-id"]), "n_train": int(r["num-examples"]),
+                   **{f"test_{k}": r[f"test-{k}"] for k in keys},
+                   **{k: r.get(f"val-{k}", math.nan) for k in keys}} for r in rows]
+    final = {k: float(np.nanmean([r[f"test-{k}"] for r in rows])) for k in keys}
+    final["confusion"] = np.sum([np.asarray(r["confusion"]).reshape(c, c) for r in rows], 0).tolist()
+    curves = np.asarray([r["acc-curve"] for r in rows])
+    rounds = [{"round": t + 1, "test_accuracy": float(curves[:, t].mean())} for t in range(curves.shape[1])]
+    atomic_write_jsonl(run_dir(cfg) / "rounds.jsonl", rounds)
+    ledgers = {k: DpSgdLedger() for k in range(cfg.num_clients)}
+    if cfg.dp_sgd:
+        for r in rows:
+            ledgers[int(r["client-id"])].record(r["noise-multiplier"], r["sample-rate"], int(r["steps"]))
+    return rounds, per_client, final, ledgers, _timing([], rows)

@@ -1,0 +1,182 @@
+"""Local training of the ultrasound study: Adam, step-decay schedule, FedProx term, DP-SGD (Opacus).
+
+Paper recipe: Adam (lr 1e-3) decayed x0.1 at 50% and 80% of the rounds, batch 32, 5 local
+epochs. FedProx adds mu/2 ||w - w_t||^2 to the client loss. Under DP-SGD the data loss's
+per-sample gradients are clipped to C and noised (Opacus); the proximal gradient
+mu (w - w_t) depends on no data, so it is added *after* privatization (post-processing,
+no privacy cost) -- adding it to the loss would let Opacus overwrite it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+from datasets.transforms import ScannerProfile, to_model_input, uint8_to_unit
+from flower_apps.ultrasound.metrics import classification_metrics
+from privacy.dpsgd import make_private, unwrap
+
+LR_MILESTONES = (0.5, 0.8)  # fractions of the rounds after which the lr is multiplied by LR_DECAY
+LR_DECAY = 0.1
+
+
+@dataclass(frozen=True)
+class DpSettings:
+    """Client-side DP-SGD: per-sample clip norm C, noise multiplier, Opacus grad-sample mode."""
+
+    noise_multiplier: float
+    max_grad_norm: float
+    grad_sample_mode: str = "hooks"
+
+
+@dataclass
+class TrainStats:
+    """What one call of :func:`train_local` did."""
+
+    loss: float
+    examples: int
+    steps: int
+    seconds: float
+    sample_rate: float | None  # DP-SGD Poisson rate q (None without DP)
+
+    @property
+    def step_seconds(self) -> float:
+        return self.seconds / max(self.steps, 1)
+
+
+def lr_at_round(base_lr: float, server_round: int, num_rounds: int) -> float:
+    """lr for 1-based ``server_round`` of ``num_rounds``: x0.1 after 50% and again after 80% of the rounds."""
+    if server_round < 1:
+        raise ValueError(f"server_round must be >= 1, got {server_round}")
+    return base_lr * LR_DECAY ** sum(server_round > m * num_rounds for m in LR_MILESTONES)
+
+
+def proximal_term(params: list[torch.Tensor], anchor: list[torch.Tensor]) -> torch.Tensor:
+    """||w - w_t||^2 summed over all trainable tensors (FedProx, Li et al. 2020, Eq. 2 without mu/2)."""
+    return sum(((p - a) ** 2).sum() for p, a in zip(params, anchor, strict=True))
+
+
+def model_input(x_u8: torch.Tensor, owners: np.ndarray | None, profiles: list[ScannerProfile] | None,
+                generator: torch.Generator | None, device: torch.device) -> torch.Tensor:
+    """uint8 (n, S, S) -> feature-skew augmentation (per owner's profile, if any) -> normalized (n, 3, S, S)."""
+    x = uint8_to_unit(x_u8.to(device)).unsqueeze(1)
+    if profiles is not None and owners is not None and generator is not None:
+        for k in np.unique(owners):
+            prof = profiles[int(k)]
+            if prof.brightness == (0.0, 0.0) and prof.contrast == (1.0, 1.0) and prof.rotation_deg == 0:
+                continue
+            sel = torch.from_numpy(np.flatnonzero(owners == k)).to(device)
+            x[sel] = prof.apply(x[sel], generator)
+    return to_model_input(x)
+
+
+def _plain_batches(n: int, batch_size: int, generator: torch.Generator) -> list[torch.Tensor]:
+    """Shuffled batches; a trailing batch of one sample joins the previous one (BatchNorm needs > 1)."""
+    order = torch.randperm(n, generator=generator)
+    batches = list(order.split(batch_size))
+    if len(batches) > 1 and len(batches[-1]) == 1:
+        batches[-2] = torch.cat([batches[-2], batches.pop()])
+    return batches
+
+
+def train_local(
+    model: nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    *,
+    epochs: int,
+    batch_size: int,
+    lr_for_epoch: Callable[[int], float],
+    device: torch.device,
+    seed: int,
+    proximal_mu: float = 0.0,
+    dp: DpSettings | None = None,
+    owners: np.ndarray | None = None,
+    profiles: list[ScannerProfile] | None = None,
+    on_epoch_end: Callable[[int, nn.Module], None] | None = None,
+) -> TrainStats:
+    """Train ``model`` in place for ``epochs`` epochs on uint8 images ``x`` and labels ``y``.
+
+    ``lr_for_epoch(e)`` gives the lr of 1-based epoch e; ``owners``/``profiles`` select each
+    image's feature-skew augmentation; ``on_epoch_end(e, model)`` is called after each epoch
+    (the unwrapped model). With ``dp``, one epoch is 1/q Poisson-sampled steps (Opacus).
+    """
+    n = len(y)
+    if n == 0:
+        raise ValueError("cannot train on an empty client dataset")
+    model.to(device).train()
+    params = [p for p in model.parameters() if p.requires_grad]
+    anchor = [p.detach().clone() for p in params] if proximal_mu > 0 else None
+    opt: torch.optim.Optimizer = torch.optim.Adam(params, lr=lr_for_epoch(1))
+    g_data = torch.Generator().manual_seed(seed)
+    g_aug = torch.Generator().manual_seed(seed + 7)
+    loss_fn: nn.Module = nn.CrossEntropyLoss()
+    net: nn.Module = model
+    pt = None
+    if dp is not None:
+        pt = make_private(model, opt, n, batch_size, noise_multiplier=dp.noise_multiplier,
+                          max_grad_norm=dp.max_grad_norm, grad_sample_mode=dp.grad_sample_mode, seed=seed)
+        net, opt, loss_fn = pt.model, pt.optimizer, pt.criterion
+    total, seen, steps = 0.0, 0, 0
+    t0 = time.perf_counter()
+    for epoch in range(1, epochs + 1):
+        for group in opt.param_groups:
+            group["lr"] = lr_for_epoch(epoch)
+        batches = [b[0] for b in pt.loader] if pt is not None else _plain_batches(n, batch_size, g_data)
+        for idx in batches:
+            steps += 1
+            if len(idx) == 0:  # Poisson sampling can draw an empty batch; Opacus would release pure noise
+                continue
+            xb = model_input(x[idx], None if owners is None else owners[idx.numpy()], profiles, g_aug, device)
+            yb = y[idx].to(device)
+            opt.zero_grad(set_to_none=True)
+            if pt is None:
+                loss = loss_fn(net(xb), yb)
+                obj = loss + (proximal_mu / 2) * proximal_term(params, anchor) if anchor is not None else loss
+                obj.backward()
+                opt.step()
+            else:
+                loss = loss_fn(net(xb), yb)
+                loss.backward()
+                if opt.pre_step():  # clip per-sample gradients, add noise, average
+                    if anchor is not None:
+                        with torch.no_grad():
+                            for p, a in zip(params, anchor):
+                                p.grad.add_(p.detach() - a, alpha=proximal_mu)
+                    opt.original_optimizer.step()
+            total += float(loss.detach().item()) * len(idx)
+            seen += len(idx)
+        if on_epoch_end is not None:
+            on_epoch_end(epoch, model)
+            model.train()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    seconds = time.perf_counter() - t0
+    if pt is not None and hasattr(pt.model, "_close"):
+        pt.model._close()  # remove Opacus hooks so the module can be reused
+    return TrainStats(total / max(seen, 1), seen, steps, seconds, pt.sample_rate if pt is not None else None)
+
+
+@torch.no_grad()
+def predict_probs(model: nn.Module, x: torch.Tensor, device: torch.device, batch_size: int = 256) -> np.ndarray:
+    """Softmax class probabilities (n, C) for uint8 images ``x`` (no augmentation)."""
+    model = unwrap(model).to(device).eval()
+    out = []
+    for s in range(0, len(x), batch_size):
+        out.append(torch.softmax(model(model_input(x[s : s + batch_size], None, None, None, device)).float(), 1).cpu())
+    return torch.cat(out).numpy() if out else np.zeros((0, 1))
+
+
+def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, device: torch.device) -> dict:
+    """:func:`flower_apps.ultrasound.metrics.classification_metrics` of ``model`` on (x, y)."""
+    return classification_metrics(y.numpy(), predict_probs(model, x, device))
+
+
+def client_seed(seed: int, server_round: int, client_id: int) -> int:
+    """The seed of (run seed, round, client) for batches, augmentation and DP noise."""
+    return ((seed * 1_000_003 + server_round) * 10_007 + client_id) % (2**62)

@@ -1,0 +1,128 @@
+"""unlinkable-dfl ClientApp: each logical node's learner (train + fragment, then aggregate its pool).
+
+One action, two phases (``config['phase']``):
+
+* ``train``: for every node in ``node-ids`` load its current model (``client.<id>``),
+  train on its Dirichlet shard, flatten the shareable state, fragment and encode it,
+  and pick ``(destination, fragment)`` pairs among the neighbours given in
+  ``peers.<id>`` (selective transmission, ratio r). Reply: the trained model
+  (``client.<id>``), the encoded fragments and the chosen sends (``frags.<id>``), metrics.
+* ``aggregate``: for every node, pool its trained model with the fragments its inbox
+  received (``inbox.<id>``, anonymous bytes), run FragFedAvg/FragKrum, evaluate the result.
+  Reply: the new model (``client.<id>``) and metrics (``metrics.<id>``).
+
+Everything comes from the message (run config as JSON, models, fragments); nothing from
+``context.run_config`` or ``context.state``: the node's memory between phases is held
+by the ServerApp, which plays the world (see docs/unlinkable_dfl.md).
+"""
+
+from __future__ import annotations
+
+import time
+
+from flwr.app import ConfigRecord, Context, Message, MetricRecord, RecordDict
+
+from flower_apps.common.torch_utils import record_to_state, state_to_record
+from flower_apps.unlinkable_dfl.config import UdflConfig
+from flower_apps.unlinkable_dfl.data import build_data_plan, data_key
+from flower_apps.unlinkable_dfl.models import build_model, load_vector, shareable_keys, state_vector
+from flower_apps.unlinkable_dfl.node import (
+    aggregate,
+    choose_sends,
+    corrupt,
+    encode_state,
+    evaluate,
+    fragment_layout,
+    node_generator,
+    torch_generator,
+    train_local,
+)
+from strategies.records import client_key
+
+STREAM_QUANT, STREAM_SENDS, STREAM_BYZ = 1, 2, 3
+
+
+def _model_for(cfg: UdflConfig, plan):
+    c, h, _ = plan.image_shape
+    return build_model(cfg.model, cfg.seed, c, plan.num_classes, h)
+
+
+def train(msg: Message, context: Context) -> Message:
+    """Dispatch on the phase named in the message."""
+    conf = msg.content["config"]
+    cfg = UdflConfig.from_json(str(conf["run-config"]))
+    phase = str(conf["phase"])
+    if phase == "train":
+        out = _train_phase(cfg, msg.content, int(conf["server-round"]))
+    elif phase == "aggregate":
+        out = _aggregate_phase(cfg, msg.content, int(conf["server-round"]))
+    else:
+        raise ValueError(f"phase must be 'train' or 'aggregate', got {phase!r}")
+    return Message(out, reply_to=msg)
+
+
+def _train_phase(cfg: UdflConfig, content: RecordDict, round_: int) -> RecordDict:
+    conf = content["config"]
+    plan = build_data_plan(data_key(cfg))
+    byzantine = {int(i) for i in conf.get("byzantine-ids", [])}
+    out = RecordDict()
+    for node in [int(i) for i in conf["node-ids"]]:
+        t0, c0 = time.perf_counter(), time.process_time()
+        model = _model_for(cfg, plan)
+        model.load_state_dict(record_to_state(content[client_key(node)]))
+        x, y = plan.node_data(node)
+        loss, seen = train_local(model, x, y, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay,
+                                 batch_size=cfg.batch_size, epochs=cfg.local_epochs,
+                                 generator=torch_generator(cfg.seed, round_, node))
+        train_cpu = time.process_time() - c0
+        c1 = time.process_time()
+        keys = shareable_keys(model)
+        vector = state_vector(model.state_dict(), keys)
+        shared = vector
+        if node in byzantine:
+            shared = corrupt(vector, cfg.byzantine_attack, cfg.byzantine_scale,
+                             node_generator(cfg.seed, round_, node, STREAM_BYZ))
+        layout = fragment_layout(len(vector), cfg.payload_size, cfg.encoding)
+        fragments = encode_state(shared, layout, round_, cfg.encoding,
+                                 node_generator(cfg.seed, round_, node, STREAM_QUANT))
+        peers = [int(p) for p in conf.get(f"peers.{node}", [])]
+        share = 1.0 if cfg.mode == "baseline" else cfg.share_ratio
+        sends = choose_sends(peers, layout.count, share, node_generator(cfg.seed, round_, node, STREAM_SENDS)) \
+            if peers else []
+        out[client_key(node)] = state_to_record(model)
+        out[f"frags.{node}"] = ConfigRecord({"fragments": fragments, "dst": [d for d, _ in sends],
+                                             "idx": [i for _, i in sends]})
+        out[f"metrics.{node}"] = MetricRecord({
+            "train-loss": loss, "num-examples": seen, "train-cpu-s": train_cpu,
+            "encode-cpu-s": time.process_time() - c1, "train-wall-s": time.perf_counter() - t0,
+            "num-fragments": layout.count,
+        })
+    return out
+
+
+def _aggregate_phase(cfg: UdflConfig, content: RecordDict, round_: int) -> RecordDict:
+    conf = content["config"]
+    plan = build_data_plan(data_key(cfg))
+    x_test, y_test = plan.test_subset(cfg.eval_samples)
+    out = RecordDict()
+    for node in [int(i) for i in conf["node-ids"]]:
+        c0, t0 = time.process_time(), time.perf_counter()
+        model = _model_for(cfg, plan)
+        state = record_to_state(content[client_key(node)])
+        keys = shareable_keys(model)
+        local = state_vector(state, keys)
+        layout = fragment_layout(len(local), cfg.payload_size, cfg.encoding)
+        inbox = content[f"inbox.{node}"]
+        payloads = [bytes(b) for b in inbox["fragments"]] if "fragments" in inbox else []
+        vector, stats = aggregate(local, layout, round_, payloads, cfg.aggregator, cfg.krum_budget,
+                                  cfg.krum_fallback)
+        model.load_state_dict(load_vector(state, keys, vector))
+        agg_cpu = time.process_time() - c0
+        acc, loss = evaluate(model, x_test, y_test)
+        out[client_key(node)] = state_to_record(model)
+        out[f"metrics.{node}"] = MetricRecord({
+            "test-acc": acc, "test-loss": loss, "aggregate-cpu-s": agg_cpu,
+            "aggregate-wall-s": time.perf_counter() - t0,
+            **{k.replace("_", "-"): float(v) for k, v in stats.as_dict().items()},
+        })
+    return out

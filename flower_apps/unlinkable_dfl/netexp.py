@@ -1,0 +1,143 @@
+"""Transport-only experiments: one round of fragment traffic through the mixnet, then measure it.
+
+The learning layer does not change what the network sees (every fragment is one
+same-size Sphinx packet), so the network-layer experiments replay the study's traffic
+pattern without training: each node sends ``F`` one-packet fragments to each learning
+neighbour at the start of a round. Measured per configuration: the passive adversary's
+sender-linking scores (flow correlation, trace-consistent candidate sets), the entropy
+metrics (H_relay, H_path, the trace-based H_relay^loc), round-trip time, CPU time and
+bytes per node, and the simulation process's peak memory (each configuration runs in a
+fresh process so that ``ru_maxrss`` is its own).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import multiprocessing as mp
+import random
+import resource
+import time
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+
+from attacks.linking.scoring import fragment_targets, score_linking
+from attacks.linking.timing import flow_correlation_attack
+from privacy.mixnet import MixnetConfig, Simulator
+from privacy.mixnet.messages import fragment_capacity
+from privacy.mixnet.metrics import h_path, h_relay, relay_mapping_entropy
+
+MAX_TARGETS = 600  # attributed frames per configuration (a seeded sample when more)
+
+
+@dataclass(frozen=True)
+class TrafficSpec:
+    """One transport configuration to measure."""
+
+    num_nodes: int = 16
+    degree: int = 4
+    topology: str = "circulant"
+    fragments_per_peer: int = 7
+    rounds: int = 1
+    mixnet: bool = True
+    max_hops: int = 2
+    outbox: int = 100
+    mu: float = 0.1
+    cover: bool = True
+    latency: float = 0.005
+    seed: int = 0
+
+    def config(self) -> MixnetConfig:
+        if self.mixnet:
+            return MixnetConfig(max_path_length=self.max_hops, outbox_size=self.outbox, mu=self.mu,
+                                cover_traffic=self.cover)
+        return MixnetConfig(max_path_length=1, outbox_size=1, mu=1e-3, sigma=0.0, cover_traffic=False)
+
+    @property
+    def label(self) -> str:
+        return f"K={self.max_hops}, O={self.outbox}, mu={self.mu:g}" if self.mixnet else "mixnet off"
+
+
+def run_traffic(spec: TrafficSpec) -> tuple[Simulator, list[bytes], float]:
+    """Simulate ``spec.rounds`` rounds of fragment traffic; returns (simulator, message ids, CPU seconds)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        sim = Simulator(spec.config(), spec.num_nodes, seed=spec.seed, topology=spec.topology, degree=spec.degree,
+                        latency=spec.latency)
+    rng = random.Random(f"{spec.seed}/payload")
+    size = fragment_capacity(sim.config.packet_format)
+    ids: list[bytes] = []
+    c0 = time.process_time()
+    for _ in range(spec.rounds):
+        for i in range(spec.num_nodes):
+            for j in sim.topology.neighbours(i):
+                for _ in range(spec.fragments_per_peer):
+                    ids.append(sim.send(i, j, rng.randbytes(size)))
+        sim.run_until_idle()
+    return sim, ids, time.process_time() - c0
+
+
+def linking_scores(sim: Simulator, ids: list[bytes], seed: int = 0) -> dict[str, float]:
+    """Flow-correlation attack on the trace, topology-agnostic and topology-aware."""
+    view, truth = sim.adversary_view(), sim.ground_truth()
+    records = sim.message_records()
+    pairs = {(records[m].src, records[m].dst) for m in ids}
+    targets = fragment_targets(view, truth, pairs)
+    if len(targets) > MAX_TARGETS:
+        pick = np.random.default_rng([seed, 9]).choice(len(targets), MAX_TARGETS, replace=False)
+        targets = [targets[k] for k in sorted(pick)]
+    frames = [t.frame for t in targets]
+    out: dict[str, float] = {}
+    for name, nbrs in (("agnostic", None), ("aware", sim.topology.adjacency)):
+        guesses = flow_correlation_attack(view, frames, nbrs, np.random.default_rng([seed, 10]))
+        for k, v in score_linking(guesses, targets).as_dict().items():
+            out[f"{name}_{k}"] = v
+    return out
+
+
+def measure(spec: TrafficSpec, entropy_relays: int = 8) -> dict[str, float]:
+    """Everything the trade-off and linking tables report for one configuration."""
+    rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    t0 = time.perf_counter()
+    sim, ids, cpu = run_traffic(spec)
+    wall = time.perf_counter() - t0
+    rss1 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    records = sim.message_records()
+    stats = sim.node_stats()
+    n = spec.num_nodes
+    rtt = [records[m].acked - records[m].sent for m in ids if records[m].acked is not None]
+    delivered = [m for m in ids if records[m].delivered is not None]
+    row: dict[str, float] = {
+        "label": spec.label, "num_nodes": n, "mixnet": spec.mixnet, "max_hops": spec.max_hops if spec.mixnet else 1,
+        "outbox": spec.outbox if spec.mixnet else 1, "mu": spec.mu if spec.mixnet else 0.0, "seed": spec.seed,
+        "fragments": len(ids), "completeness": len(delivered) / len(ids) if ids else 1.0,
+        "round_virtual_s": sim.batch_delivery_time(ids) if len(delivered) == len(ids) else float("nan"),
+        "rtt_s_mean": float(np.mean(rtt)) if rtt else float("nan"),
+        "rtt_s_p95": float(np.percentile(rtt, 95)) if rtt else float("nan"),
+        "cpu_s_per_node": sum(s.cpu_time_s for s in stats.values()) / n / spec.rounds,
+        "bytes_per_node": sum(s.total_bytes_sent for s in stats.values()) / n / spec.rounds,
+        "cover_packets_per_node": sum(s.packets_sent["cover"] for s in stats.values()) / n / spec.rounds,
+        "sim_wall_s": wall, "sim_cpu_s": cpu,
+        "peak_rss_mib": rss1 / 1024.0, "rss_growth_mib": (rss1 - rss0) / 1024.0,
+        "h_relay_bits": h_relay(spec.outbox) if spec.mixnet else 0.0,
+        "h_path_bits": h_path(spec.outbox, spec.max_hops) if spec.mixnet else 0.0,
+    }
+    view = sim.adversary_view()
+    relays = random.Random(spec.seed).sample(range(n), min(entropy_relays, n))
+    ent = [relay_mapping_entropy(view, r) for r in relays]
+    ent = [e for e in ent if e.outputs]
+    row["h_relay_loc_bits"] = float(np.mean([e.mean_bits for e in ent])) if ent else 0.0
+    row["relay_candidates"] = float(np.mean([e.mean_candidates for e in ent])) if ent else 0.0
+    row.update(linking_scores(sim, ids, spec.seed))
+    return row
+
+
+def measure_isolated(specs: list[TrafficSpec]) -> list[dict[str, float]]:
+    """:func:`measure` each spec in its own fresh process (peak memory per configuration)."""
+    ctx = mp.get_context("spawn")
+    out = []
+    for spec in specs:
+        with cf.ProcessPoolExecutor(max_workers=1, mp_context=ctx) as pool:
+            out.append(pool.submit(measure, spec).result())
+    return out

@@ -1,0 +1,225 @@
+"""unlinkable-dfl ServerApp: the world (virtual time, network, churn), never an aggregator.
+
+Per round: (1) churn: departed nodes may rejoin; (2) each live node gets a ``train``
+message with its current model and its live learning neighbours, and answers with its
+trained model, its encoded fragments and the (receiver, fragment) pairs it wants to send;
+(3) the world pushes those payloads through the transport (the Sphinx mixnet simulator,
+the direct "mixnet off" transport, or instant delivery for the baseline), crashing the
+nodes scheduled to leave; (4) each node still alive gets an ``aggregate`` message with
+its trained model and the anonymous payloads its inbox received, aggregates its own pool
+and returns its new model and test accuracy. The world keeps every node's model between
+rounds: it plays the nodes' memory as well as the network, which is why node state can
+live here without any central aggregation.
+
+Results folder: config.json, rounds.jsonl (per round: mean/min/max accuracy over live
+honest nodes, completeness, coverage, CPU, bytes, packets, virtual durations),
+summary.json (and the curious-recipient analysis when enabled).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, RecordDict
+from flwr.serverapp import Grid
+
+from attacks.linking.content import CuriousRecipientRecorder
+from flower_apps.common.results import atomic_write_json, atomic_write_jsonl, config_hash, read_json
+from flower_apps.common.torch_utils import record_to_state, state_to_record
+from flower_apps.unlinkable_dfl.config import ACTION, UdflConfig
+from flower_apps.unlinkable_dfl.data import build_data_plan, data_key
+from flower_apps.unlinkable_dfl.models import build_model, shareable_keys, state_vector
+from flower_apps.unlinkable_dfl.node import fragment_layout
+from flower_apps.unlinkable_dfl.world import MEANINGFUL, World, honest_mean
+from privacy.mixnet.metrics import h_path, h_relay
+from strategies.cohorts import plan_cohorts, wait_for_nodes
+from strategies.records import client_key
+
+log = logging.getLogger("flwr")
+
+
+def run_dir(cfg: UdflConfig) -> Path:
+    return Path(cfg.results_dir) / "unlinkable-dfl" / "runs" / (cfg.run_name or cfg.default_run_name)
+
+
+def is_complete(cfg: UdflConfig) -> bool:
+    """True when this exact config already has a summary (sweeps resume)."""
+    p = run_dir(cfg) / "summary.json"
+    try:
+        return p.is_file() and read_json(p).get("config_hash") == config_hash(asdict(cfg))
+    except (OSError, ValueError):
+        return False
+
+
+def _byzantine_nodes(cfg: UdflConfig) -> set[int]:
+    k = int(round(cfg.byzantine_fraction * cfg.num_nodes))
+    return set(np.random.default_rng([cfg.seed, 17]).choice(cfg.num_nodes, k, replace=False).tolist()) if k else set()
+
+
+def _exchange(grid: Grid, cfg: UdflConfig, phase: str, round_: int, nodes: list[int], per_node: dict,
+              supernodes: list[int], extra: dict | None = None) -> dict[str, object]:
+    """One message per cohort of logical nodes; returns the merged reply records."""
+    messages = []
+    for dst, cohort in plan_cohorts(nodes, supernodes, cfg.clients_per_message):
+        content = RecordDict()
+        conf = ConfigRecord({"run-config": cfg.to_json(), "phase": phase, "server-round": round_,
+                             "node-ids": list(cohort)})
+        for key, val in (extra or {}).items():
+            conf[key] = val
+        for node in cohort:
+            for key, val in per_node[node].items():
+                if isinstance(val, (ArrayRecord, ConfigRecord)):
+                    content[key] = val
+                else:
+                    conf[key] = val
+        content["config"] = conf
+        messages.append(Message(content=content, message_type=f"{MessageType.TRAIN}.{ACTION}", dst_node_id=dst))
+    replies = grid.send_and_receive(messages, timeout=3600)
+    merged: dict[str, object] = {}
+    for reply in replies:
+        if reply.has_error():
+            raise RuntimeError(f"a node failed in phase {phase}, round {round_}: {reply.error.reason}")
+        for key, rec in reply.content.items():
+            merged[key] = rec
+    missing = [n for n in nodes if client_key(n) not in merged]
+    if missing:
+        raise RuntimeError(f"no {phase} reply for nodes {missing} in round {round_}")
+    return merged
+
+
+def server_main(grid: Grid, cfg: UdflConfig) -> dict:
+    """Run one configuration through Flower and write its results folder. Returns the summary."""
+    out = run_dir(cfg)
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(out / "config.json", asdict(cfg))
+    t_start = time.perf_counter()
+    plan = build_data_plan(data_key(cfg))
+    c, h, _ = plan.image_shape
+    init = build_model(cfg.model, cfg.seed, c, plan.num_classes, h)
+    num_values = sum(init.state_dict()[k].numel() for k in shareable_keys(init))
+    layout = fragment_layout(num_values, cfg.payload_size, cfg.encoding)
+    models: dict[int, ArrayRecord] = {i: state_to_record(init) for i in range(cfg.num_nodes)}
+    world = World(cfg)
+    byzantine = _byzantine_nodes(cfg)
+    supernodes = wait_for_nodes(grid, 1)
+    curious = CuriousRecipientRecorder(cfg.curious_node, layout) if cfg.curious_node >= 0 else None
+    log.info("unlinkable-dfl %s: %d nodes (%d Byzantine) on %d SuperNodes, %d values -> %d fragments (%s), "
+             "transport %s", out.name, cfg.num_nodes, len(byzantine), len(supernodes), num_values, layout.count,
+             cfg.encoding, world.kind)
+    rounds: list[dict] = []
+    for t in range(1, cfg.num_rounds + 1):
+        rejoined = world.rejoin()
+        live = sorted(world.alive)
+        peers = {i: world.learning_neighbours(i) for i in live}
+        train = _exchange(grid, cfg, "train", t, live,
+                          {i: {client_key(i): models[i], f"peers.{i}": peers[i]} for i in live}, supernodes,
+                          {"byzantine-ids": sorted(byzantine)})
+        sends, trained, tm = [], {}, {}
+        for i in live:
+            rec = train[f"frags.{i}"]
+            frags = list(rec["fragments"])
+            sends += [(i, int(d), bytes(frags[int(k)])) for d, k in zip(rec["dst"], rec["idx"])]
+            trained[i] = train[client_key(i)]
+            tm[i] = train[f"metrics.{i}"]
+            if curious is not None:
+                curious.observe_sender(t, i, [bytes(f) for f in frags])
+        departures = world.plan_departures()
+        delivery = world.deliver(t, sends, departures)
+        agg_nodes = [i for i in live if i in world.alive]
+        agg = _exchange(grid, cfg, "aggregate", t, agg_nodes,
+                        {i: {client_key(i): trained[i], f"inbox.{i}": ConfigRecord({"fragments": delivery.inbox.get(i, [])})}
+                         for i in agg_nodes}, supernodes)
+        am = {}
+        for i in agg_nodes:
+            models[i] = agg[client_key(i)]
+            am[i] = agg[f"metrics.{i}"]
+        if curious is not None and cfg.curious_node in agg_nodes:
+            curious.observe_recipient(t, _vector(trained[cfg.curious_node], init),
+                                      delivery.inbox.get(cfg.curious_node, []),
+                                      delivery.sent_by.get(cfg.curious_node, []))
+        row = _round_row(cfg, t, live, agg_nodes, byzantine, tm, am, delivery, rejoined, layout.count)
+        row["elapsed_s"] = time.perf_counter() - t_start
+        rounds.append(row)
+        atomic_write_jsonl(out / "rounds.jsonl", rounds)
+        log.info("[%s] round %d/%d  acc %.4f  completeness %.3f  network %.2fs (virtual)  (%.0fs elapsed)",
+                 out.name, t, cfg.num_rounds, row["test_acc"], row["completeness"], row["network_virtual_s"],
+                 row["elapsed_s"])
+    summary = _summary(cfg, out.name, plan, rounds, num_values, layout, byzantine, time.perf_counter() - t_start)
+    if curious is not None:
+        summary["content_linking"] = curious.analyse(cfg.seed)
+    atomic_write_json(out / "summary.json", summary)
+    return summary
+
+
+def _vector(record: ArrayRecord, model) -> np.ndarray:
+    return state_vector(record_to_state(record), shareable_keys(model))
+
+
+def _mean(xs) -> float:
+    xs = [x for x in xs if x is not None and not (isinstance(x, float) and math.isnan(x))]
+    return float(np.mean(xs)) if xs else float("nan")
+
+
+def _round_row(cfg, t, live, agg_nodes, byzantine, tm, am, d, rejoined, num_fragments) -> dict:
+    honest = [i for i in agg_nodes if i not in byzantine]
+    accs = {i: float(am[i]["test-acc"]) for i in agg_nodes}
+    cpu = {i: float(tm[i]["train-cpu-s"]) + float(tm[i]["encode-cpu-s"]) + d.cpu_s.get(i, 0.0)
+           + (float(am[i]["aggregate-cpu-s"]) if i in am else 0.0) for i in live}
+    meaningful = {i: sum(d.packets_sent.get(i, {}).get(k, 0) for k in MEANINGFUL) for i in live}
+    train_s = max(float(tm[i]["train-wall-s"]) for i in live)
+    agg_s = max((float(am[i]["aggregate-wall-s"]) for i in agg_nodes), default=0.0)
+    return {
+        "round": t, "live_nodes": len(live), "aggregating_nodes": len(agg_nodes), "rejoined": rejoined,
+        "departed": d.departed,
+        "test_acc": honest_mean(accs, byzantine), "test_acc_min": min((accs[i] for i in honest), default=float("nan")),
+        "test_acc_max": max((accs[i] for i in honest), default=float("nan")),
+        "test_loss": _mean(float(am[i]["test-loss"]) for i in honest),
+        "train_loss": _mean(float(tm[i]["train-loss"]) for i in live if i not in byzantine),
+        "fragments_per_update": num_fragments,
+        "payloads_intended": d.intended, "payloads_delivered": d.delivered,
+        "completeness": d.delivered / d.intended if d.intended else 1.0,
+        "coverage": _mean(float(am[i]["coverage"]) for i in honest),
+        "krum_ranges": int(sum(float(am[i]["krum-ranges"]) for i in agg_nodes)),
+        "krum_fallback_ranges": int(sum(float(am[i]["fallback-ranges"]) for i in agg_nodes)),
+        "duplicates": int(sum(float(am[i]["duplicates"]) for i in agg_nodes)),
+        "stale": int(sum(float(am[i]["stale"]) for i in agg_nodes)),
+        "cpu_s_per_node": _mean(cpu.values()),
+        "mixnet_cpu_s_per_node": _mean(d.cpu_s.get(i, 0.0) for i in live),
+        "bytes_per_node": _mean(d.bytes_sent.get(i, 0) for i in live),
+        "meaningful_packets_per_node": _mean(meaningful.values()),
+        "cover_packets_per_node": _mean(d.packets_sent.get(i, {}).get("cover", 0) for i in live),
+        "relay_packets_per_node": _mean(d.packets_sent.get(i, {}).get("relay", 0) for i in live),
+        "network_virtual_s": d.network_s, "train_wall_s_max": train_s, "aggregate_wall_s_max": agg_s,
+        "round_virtual_s": train_s + d.network_s + agg_s,
+        "rtt_s_mean": _mean(d.rtt_s),
+    }
+
+
+def _summary(cfg, name, plan, rounds, num_values, layout, byzantine, wall) -> dict:
+    acc = [r["test_acc"] for r in rounds]
+    keys = ("completeness", "coverage", "cpu_s_per_node", "bytes_per_node", "meaningful_packets_per_node",
+            "network_virtual_s", "round_virtual_s", "rtt_s_mean", "mixnet_cpu_s_per_node")
+    out = {
+        "config_hash": config_hash(asdict(cfg)), "run": name, "seed": cfg.seed, "num_nodes": cfg.num_nodes,
+        "num_rounds": cfg.num_rounds, "dataset": plan.name, "data_notes": plan.notes, "model": cfg.model,
+        "transport": cfg.transport, "mode": cfg.mode, "encoding": cfg.encoding, "share_ratio": cfg.share_ratio,
+        "aggregator": cfg.aggregator, "krum_budget": cfg.krum_budget, "alpha": cfg.alpha, "topology": cfg.topology,
+        "max_hops": cfg.max_hops, "outbox": cfg.outbox, "mu": cfg.mu, "cover": cfg.cover,
+        "churn_leave": cfg.churn_leave, "churn_join": cfg.churn_join, "byzantine_fraction": cfg.byzantine_fraction,
+        "byzantine_attack": cfg.byzantine_attack, "byzantine_nodes": sorted(byzantine),
+        "num_values": num_values, "fragments_per_update": layout.count, "values_per_fragment": layout.values_per_fragment,
+        "final_acc": acc[-1], "best_acc": max(acc), "acc_curve": acc, "wall_seconds": wall,
+        "krum_fallback_ranges": sum(r["krum_fallback_ranges"] for r in rounds),
+        "krum_ranges": sum(r["krum_ranges"] for r in rounds),
+    }
+    for k in keys:
+        out[f"mean_{k}"] = _mean(r[k] for r in rounds)
+    if cfg.transport == "mixnet":
+        out["h_relay_bits"] = h_relay(cfg.outbox)
+        out["h_path_bits"] = h_path(cfg.outbox, cfg.max_hops)
+    return out
