@@ -12,6 +12,7 @@ from flower_apps.dfl_dp.config import DflDpConfig
 from flower_apps.dfl_dp.data import build_data_plan, data_key
 from flower_apps.dfl_dp.model import build_model
 from flower_apps.dfl_dp.train import client_generator, train_local
+from flower_apps.dfl_dp.victims import capture, victim_clients
 from strategies.records import client_key
 
 
@@ -34,10 +35,15 @@ def train(msg: Message, context: Context) -> Message:
     model.load_state_dict(received)
     out = RecordDict()
     loss_sum, n_sum = 0.0, 0
+    victims = (victim_clients(cfg.seed, cfg.num_clients, cfg.capture_victims)
+               if cfg.capture_victims and server_round == cfg.victim_round else [])
     for cid in client_ids:
         if cfg.framework == "fl":
             model.load_state_dict(received)
         x, y = plan.client_data(cid)
+        if cid in victims:
+            first = torch.randperm(len(x), generator=client_generator(cfg.seed, server_round, cid))[: cfg.batch_size]
+            capture(out, cid, model, x, y, first, plan.client_indices[cid])
         torch.manual_seed(client_generator(cfg.seed, server_round, cid).initial_seed())  # dropout masks
         loss, n = train_local(
             model, x, y, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay,

@@ -56,6 +56,14 @@ class DflDpConfig:
     results_dir: str
     run_name: str
     preset: str
+    data_part: str = "target"
+    capture_victims: int = 0
+    attack_round: int = 0
+
+    @property
+    def victim_round(self) -> int:
+        """The round whose pre-update model states and gradients are captured (0 = the last)."""
+        return self.attack_round or self.num_rounds
 
     def to_json(self) -> str:
         """Serialized form carried in every message."""
@@ -73,7 +81,9 @@ class DflDpConfig:
 
     @property
     def default_run_name(self) -> str:
-        return f"{self.framework}_{self.condition}_N{self.num_clients}_T{self.num_rounds}_{self.dataset}_s{self.seed}"
+        shadow = "_shadow" if self.data_part == "shadow" else ""
+        return (f"{self.framework}_{self.condition}_N{self.num_clients}_T{self.num_rounds}_{self.dataset}"
+                f"_s{self.seed}{shadow}")
 
 
 def _need(cond: bool, key: str, msg: str) -> None:
@@ -108,6 +118,11 @@ def build_config(c: dict[str, Any]) -> DflDpConfig:
     _need(c["device"] == "auto" or c["device"] == "cpu" or c["device"].startswith("cuda"), "device",
           f"got {c['device']!r}; allowed: 'auto', 'cpu', 'cuda', 'cuda:<i>'")
     _need(isinstance(c["seed"], int) and c["seed"] >= 0, "seed", f"must be an integer >= 0, got {c['seed']}")
+    _need(c["data-part"] in ("target", "shadow"), "data-part", f"got {c['data-part']!r}; allowed: 'target', 'shadow'")
+    _need(isinstance(c["capture-victims"], int) and 0 <= c["capture-victims"] <= c["num-clients"], "capture-victims",
+          f"must be an integer in [0, num-clients], got {c['capture-victims']}")
+    _need(isinstance(c["attack-round"], int) and 0 <= c["attack-round"] <= c["num-rounds"], "attack-round",
+          f"must be an integer in [0, num-rounds] (0 = last round), got {c['attack-round']}")
     return DflDpConfig(
         framework=c["framework"], dp=bool(c["dp"]), clip_norm=float(c["clip-norm"]), eps_cal=float(c["eps-cal"]),
         delta_cal=float(c["delta-cal"]), delta_total=float(c["delta-total"]), num_clients=int(c["num-clients"]),
@@ -116,5 +131,6 @@ def build_config(c: dict[str, Any]) -> DflDpConfig:
         dirichlet_alpha=float(c["dirichlet-alpha"]), lr=float(c["lr"]), momentum=float(c["momentum"]),
         weight_decay=float(c["weight-decay"]), batch_size=int(c["batch-size"]), local_epochs=int(c["local-epochs"]),
         grad_clip=float(c["grad-clip"]), clients_per_message=int(c["clients-per-message"]), device=c["device"],
-        results_dir=c["results-dir"], run_name=c["run-name"], preset=c["preset"],
+        results_dir=c["results-dir"], run_name=c["run-name"], preset=c["preset"], data_part=c["data-part"],
+        capture_victims=int(c["capture-victims"]), attack_round=int(c["attack-round"]),
     )

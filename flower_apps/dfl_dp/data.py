@@ -32,6 +32,7 @@ class DataKey:
     seed: int
     num_clients: int
     dirichlet_alpha: float
+    data_part: str = "target"  # "target": clients hold target-train; "shadow": shadow-train (MIA shadow runs)
 
 
 @dataclass
@@ -46,14 +47,15 @@ class DataPlan:
     std: tuple[float, ...]
     x: dict[str, torch.Tensor]  # 'test', 'target_train', 'target_holdout', 'shadow_train', 'shadow_holdout'
     y: dict[str, torch.Tensor]
-    client_indices: list[np.ndarray]
+    client_indices: list[np.ndarray]  # indices into x[train_part]
+    train_part: str = "target_train"
 
     def client_data(self, cid: int) -> tuple[torch.Tensor, torch.Tensor]:
         idx = torch.from_numpy(self.client_indices[cid])
-        return self.x["target_train"][idx], self.y["target_train"][idx]
+        return self.x[self.train_part][idx], self.y[self.train_part][idx]
 
     def class_counts(self) -> np.ndarray:
-        return class_counts(self.y["target_train"].numpy(), self.client_indices, self.num_classes)
+        return class_counts(self.y[self.train_part].numpy(), self.client_indices, self.num_classes)
 
 
 def _normalize(x: np.ndarray, mean: tuple[float, ...], std: tuple[float, ...]) -> torch.Tensor:
@@ -83,10 +85,15 @@ def build_data_plan(key: DataKey) -> DataPlan:
         x_all, y_all = x_all[keep], y_all[keep]
         notes.append(f"data-fraction {key.data_fraction}: {len(keep)} training images used")
     parts = four_way_split(y_all, key.seed)
-    tt = parts["target_train"]
+    if key.data_part not in ("target", "shadow"):
+        raise ValueError(f"data_part must be 'target' or 'shadow', got {key.data_part!r}")
+    train_part = f"{key.data_part}_train"
+    tt = parts[train_part]
     if key.num_clients > len(tt):
-        raise ValueError(f"num-clients ({key.num_clients}) is larger than the target-train samples ({len(tt)})")
-    clients = dirichlet_partition(y_all[tt], key.num_clients, np.random.default_rng([key.seed, 3]),
+        raise ValueError(f"num-clients ({key.num_clients}) is larger than the {train_part} samples ({len(tt)})")
+    # The shadow data is partitioned the same way (same N, alpha) with its own generator stream.
+    clients = dirichlet_partition(y_all[tt], key.num_clients,
+                                  np.random.default_rng([key.seed, 3] if key.data_part == "target" else [key.seed, 5]),
                                   alpha=key.dirichlet_alpha, min_size=1)
     xs = {"test": _normalize(x_test, ds.mean, ds.std)}
     ys = {"test": torch.from_numpy(np.asarray(y_test, dtype=np.int64))}
@@ -95,10 +102,10 @@ def build_data_plan(key: DataKey) -> DataPlan:
         ys[name] = torch.from_numpy(y_all[idx].astype(np.int64))
     if ds.reduced:
         log.warning("REDUCED DATASET %s: %s", ds.name, "; ".join(notes))
-    return DataPlan(ds.name, notes, ds.num_classes, ds.image_shape, ds.mean, ds.std, xs, ys, clients)
+    return DataPlan(ds.name, notes, ds.num_classes, ds.image_shape, ds.mean, ds.std, xs, ys, clients, train_part)
 
 
 def data_key(cfg) -> DataKey:  # cfg: DflDpConfig (duck-typed to keep this module config-agnostic)
     """The DataKey of a dfl-dp config."""
     return DataKey(cfg.dataset, cfg.data_dir, cfg.data_fraction, cfg.test_fraction, cfg.seed, cfg.num_clients,
-                   cfg.dirichlet_alpha)
+                   cfg.dirichlet_alpha, cfg.data_part)

@@ -50,7 +50,8 @@ def plot_class_counts(counts: np.ndarray, path: Path) -> None:
 def load_summaries(results_dir: str | Path) -> list[dict]:
     """Every finished run's summary under ``<results>/dfl-dp/runs``."""
     runs = Path(results_dir) / "dfl-dp" / "runs"
-    return [read_json(p) for p in sorted(runs.glob("*/summary.json"))]
+    summaries = [read_json(p) for p in sorted(runs.glob("*/summary.json"))]
+    return [s for s in summaries if s.get("data_part", "target") == "target"]  # shadow runs serve the MIA only
 
 
 def condition_of(s: dict) -> str:

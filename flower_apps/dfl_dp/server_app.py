@@ -23,6 +23,7 @@ from flower_apps.dfl_dp.data import build_data_plan, data_key
 from flower_apps.dfl_dp.metrics import curve_summary
 from flower_apps.dfl_dp.model import build_model
 from flower_apps.dfl_dp.train import evaluate
+from flower_apps.dfl_dp.victims import extract, save
 from privacy.accounting import account
 from strategies.cohorts import config_record, wait_for_nodes
 from strategies.matched_perturbation import MatchedPerturbation
@@ -88,6 +89,12 @@ def server_main(grid: Grid, cfg: DflDpConfig) -> dict:
     inner_aggregate = strategy.aggregate_train
 
     def aggregate_and_keep(server_round, replies):
+        replies = list(replies)
+        if cfg.capture_victims and server_round == cfg.victim_round:
+            victim_records = extract(replies)
+            for r in victim_records:
+                r.update(framework=cfg.framework, condition=cfg.condition, seed=cfg.seed, round=server_round)
+            save(victim_records, out / "victims.pt")
         arrays, metrics = inner_aggregate(server_round, replies)
         if metrics is not None:
             last_metrics[server_round] = metrics
@@ -114,9 +121,10 @@ def server_main(grid: Grid, cfg: DflDpConfig) -> dict:
     strategy.start(grid, initial, num_rounds=cfg.num_rounds, timeout=3600,
                    train_config=config_record_for(cfg), evaluate_fn=evaluate_fn)
 
+    save_model(model, out / "final_model.pt")
     acc_curve = [r["test_acc"] for r in rounds]
     summary = {"config_hash": config_hash(asdict(cfg)), "run": out.name, "framework": cfg.framework,
-               "dp": cfg.dp, "clip_norm": cfg.clip_norm if cfg.dp else None,
+               "dp": cfg.dp, "data_part": cfg.data_part, "clip_norm": cfg.clip_norm if cfg.dp else None,
                "eps_cal": cfg.eps_cal if cfg.dp else None, "seed": cfg.seed, "num_clients": cfg.num_clients,
                "num_rounds": cfg.num_rounds, "dataset": plan.name, "data_notes": plan.notes,
                "n_test": int(len(plan.y["test"])), "n_target_train": int(len(plan.y["target_train"])),
@@ -132,6 +140,19 @@ def server_main(grid: Grid, cfg: DflDpConfig) -> dict:
         summary["sigma_abs_nominal"] = row.sigma_abs
     atomic_write_json(out / "summary.json", summary)
     return summary
+
+
+def save_model(model, path: Path) -> None:
+    """The final global model's state dict (CPU tensors), written atomically."""
+    import io
+
+    import torch
+
+    from flower_apps.common.results import atomic_write_bytes
+
+    buf = io.BytesIO()
+    torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()}, buf)
+    atomic_write_bytes(path, buf.getvalue())
 
 
 def config_record_for(cfg: DflDpConfig):

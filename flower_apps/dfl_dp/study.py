@@ -22,6 +22,9 @@ KEYS = {
     "grad-clip": 10.0,
     "clients-per-message": 1,
     "test-fraction": 0.2,
+    "data-part": "target",
+    "capture-victims": 0,
+    "attack-round": 0,
 }
 
 SPEC = StudySpec(config.STUDY, config.ACTION, config.PRESETS, config.build_config, server_app.server_main,

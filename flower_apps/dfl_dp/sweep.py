@@ -53,8 +53,23 @@ GRIDS = {
 }
 
 
+ATTACK_CLIP_NORM = 1.0
+ATTACK_EPS_CAL = (0.5, 1.0, 2.0, 3.0, 4.0)
+
+
+def is_attacked(cfg: DflDpConfig, args: argparse.Namespace) -> bool:
+    """No-DP and C = 1 x eps_cal in {0.5, 1, 2, 3, 4} (the paper's attack conditions)."""
+    if not args.attacks:
+        return False
+    return not cfg.dp or (cfg.clip_norm == args.attack_clip_norm and cfg.eps_cal in tuple(args.attack_eps_cal))
+
+
 def build_configs(args: argparse.Namespace) -> list[DflDpConfig]:
-    """Every run of the grid as a validated config, No-DP first within each seed."""
+    """Every run of the grid as a validated config, No-DP first within each seed.
+
+    With ``--attacks``, the attack conditions are added to the grid; their target runs capture
+    victim gradients (``capture-victims``), and each gets a shadow run on shadow-train.
+    """
     grid = GRIDS[args.grid]
     overrides: dict = {"study": "dfl-dp", "preset": grid.preset, "results-dir": str(Path(args.results_dir).resolve())}
     for key, val in (("num-clients", args.clients), ("num-rounds", args.rounds), ("data-fraction", args.data_fraction),
@@ -64,20 +79,30 @@ def build_configs(args: argparse.Namespace) -> list[DflDpConfig]:
             overrides[key] = val
     clip_norms = tuple(args.clip_norms or grid.clip_norms)
     eps_cals = tuple(args.eps_cal or grid.eps_cals)
+    conditions = [{"dp": False}] + [{"dp": True, "clip-norm": c, "eps-cal": e} for c in clip_norms for e in eps_cals]
+    if args.attacks:
+        for e in args.attack_eps_cal:
+            cond = {"dp": True, "clip-norm": args.attack_clip_norm, "eps-cal": e}
+            if cond not in conditions:
+                conditions.append(cond)
     seeds = range(args.seed0, args.seed0 + (args.seeds or grid.seeds))
     frameworks = tuple(args.frameworks or grid.frameworks)
     configs = []
     spec = STUDIES["dfl-dp"]
     for seed in seeds:
         for fw in frameworks:
-            conds = [{"dp": False}] + [{"dp": True, "clip-norm": c, "eps-cal": e} for c in clip_norms for e in eps_cals]
-            for cond in conds:
+            for cond in conditions:
                 raw = {**RUN_CONFIG_DEFAULTS, **overrides, "seed": seed, "framework": fw, **cond}
                 # The preset must win over defaults but not over the sweep's explicit knobs.
                 _, flat = resolve({k: v for k, v in raw.items()}, STUDIES)
                 flat.update({k: v for k, v in overrides.items() if k not in ("preset",)})
                 flat.update({"seed": seed, "framework": fw, **cond})
-                configs.append(spec.build_config(flat))
+                cfg = spec.build_config(flat)
+                if is_attacked(cfg, args):
+                    configs.append(spec.build_config({**flat, "capture-victims": args.victims}))
+                    configs.append(spec.build_config({**flat, "data-part": "shadow"}))
+                else:
+                    configs.append(cfg)
     return configs
 
 
@@ -101,6 +126,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--num-cpus", type=float, default=1, help="CPUs per virtual SuperNode (Ray client resources)")
     p.add_argument("--num-gpus", type=float, default=None, help="GPUs per virtual SuperNode (default: 0.5 if CUDA)")
     p.add_argument("--report-only", action="store_true", help="only rebuild tables and figures")
+    a = p.add_argument_group("attacks (membership inference with shadow models, gradient inversion)")
+    a.add_argument("--attacks", action="store_true",
+                   help="also run both attack families on No-DP and C=1 x eps_cal in {0.5,1,2,3,4}")
+    a.add_argument("--attack-clip-norm", type=float, default=ATTACK_CLIP_NORM)
+    a.add_argument("--attack-eps-cal", type=float, nargs="+", default=list(ATTACK_EPS_CAL))
+    a.add_argument("--victims", type=int, default=3, help="victim gradients per attacked run")
+    a.add_argument("--inversion-iters", type=int, default=400)
+    a.add_argument("--inversion-restarts", type=int, default=3)
+    a.add_argument("--inversion-view", choices=["gradient", "noised-update", "both"], default="gradient")
+    a.add_argument("--attack-workers", type=int, default=None, help="processes for the inversion attacks")
     return p.parse_args(argv)
 
 
@@ -118,9 +153,39 @@ def main(argv: list[str] | None = None) -> int:
         if pending:
             _run(pending, args)
     md = write_report(args.results_dir)
+    if args.attacks:
+        md += "\n" + run_attacks(configs, args)
     print(md)
     print(f"Tables and figures in {Path(args.results_dir).resolve() / 'dfl-dp'}")
     return 0
+
+
+def run_attacks(configs: list[DflDpConfig], args: argparse.Namespace) -> str:
+    """The attack phase (after training): MIA per attacked run, inversion per victim; tables, figures."""
+    from flower_apps.dfl_dp import attack_eval, attack_report
+    from flower_apps.dfl_dp.data import build_data_plan, data_key
+
+    targets = [c for c in configs if c.capture_victims and c.data_part == "target"]
+    shadows = {(c.framework, c.condition, c.seed): c for c in configs if c.data_part == "shadow"}
+    out = Path(args.results_dir) / "dfl-dp"
+    mia_rows = []
+    for i, t in enumerate(targets):
+        mia_rows += attack_eval.membership_inference(t, shadows[(t.framework, t.condition, t.seed)])
+        print(f"[mia {i + 1}/{len(targets)}] {t.default_run_name} done", flush=True)
+    md = attack_report.mia_tables(mia_rows, out)
+    views = ["gradient", "noised-update"] if args.inversion_view == "both" else [args.inversion_view]
+    by_key = {(c.framework, c.condition, c.seed): c for c in targets}
+
+    def lookup(row):
+        plan = build_data_plan(data_key(by_key[(row["framework"], row["condition"], row["seed"])]))
+        return plan.x[plan.train_part][row["index"]], plan.mean, plan.std
+
+    for view in views:
+        rows = attack_eval.gradient_inversion(targets, view, args.inversion_iters, args.inversion_restarts,
+                                              args.attack_workers)
+        md += "\n" + attack_report.inversion_tables(rows, out, view)
+        attack_report.figure8(rows, out, lookup, view)
+    return md
 
 
 def _run(pending: list[DflDpConfig], args: argparse.Namespace) -> None:

@@ -191,11 +191,15 @@ def server_main(grid: Grid, cfg: TabularPdpConfig) -> dict:
         raise RuntimeError(f"only {len(participants)} client(s) left after drift detection (flagged {report.flagged})")
 
     # (C) clip-norm estimate (paper, Sec. VI): FedAvg without DP, train again, quantile of ||w_i - w_bar||
-    w_bar = weighted_mean({c: models[c] for c in participants}, sizes)
-    models2, sizes2, failed2 = local_fit(grid, cfg, participants, from_numpy(w_bar), levels, server_round=2)
-    norms = {c: global_l2_norm([m[k].astype(np.float64) - w_bar[k] for k in w_bar]) for c, m in models2.items()}
-    clip_est = float(np.quantile(list(norms.values()), cfg.clip_quantile))
-    clip_norm = clip_est if cfg.clip_mode == "estimate" else cfg.clip_norm
+    norms: dict[int, float] = {}
+    failed2: dict[int, str] = {}
+    clip_est: float | None = None
+    if cfg.settings:  # detection-only runs (sweep's drift demonstration) stop after (B)
+        w_bar = weighted_mean({c: models[c] for c in participants}, sizes)
+        models2, _, failed2 = local_fit(grid, cfg, participants, from_numpy(w_bar), levels, server_round=2)
+        norms = {c: global_l2_norm([m[k].astype(np.float64) - w_bar[k] for k in w_bar]) for c, m in models2.items()}
+        clip_est = float(np.quantile(list(norms.values()), cfg.clip_quantile))
+    clip_norm = clip_est if cfg.clip_mode == "estimate" and clip_est is not None else cfg.clip_norm
     risks = {c: float(anon.harmonized[c]["arirec"]) for c in participants}
 
     # (D) the three settings

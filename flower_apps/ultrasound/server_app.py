@@ -155,7 +155,7 @@ def _federated(grid: Grid, cfg: UltrasoundConfig, model, initial: ArrayRecord, d
     strategy = build_ultrasound_strategy(cfg.algorithm, proximal_mu=cfg.proximal_mu, server_lr=cfg.server_lr,
                                          beta1=cfg.beta1, beta2=cfg.beta2,
                                          buffer_keys=[n for n, _ in model.named_buffers()])
-    strategy.set_cohort(node_client_map(nodes, cfg.num_clients))
+    strategy.set_cohort(node_client_map(nodes, cfg.num_clients), ACTION)
     model.to(device)
     rounds: list[dict] = []
     last = {"t": time.perf_counter()}

@@ -23,8 +23,8 @@ PRESETS: dict[str, dict[str, Any]] = {
     "paper": {"num-clients": 32, "num-rounds": 10, "dataset": "mnist"},
     # Seconds: the end-to-end test through Flower's simulation engine.
     "smoke": {"dataset": "mnist-5k", "num-clients": 6, "num-rounds": 2, "data-fraction": 0.5,
-              "batch-size": 32, "udfl-outbox": 10, "udfl-mu": 0.05, "clients-per-message": 3,
-              "udfl-eval-samples": 300},
+              "lr": 0.05, "batch-size": 16, "local-epochs": 2, "udfl-outbox": 10, "udfl-mu": 0.05,
+              "clients-per-message": 6, "udfl-eval-samples": 300},
     # Per-run settings of the reduced sweeps (2-core machine, minutes per experiment).
     "reduced": {"dataset": "mnist-5k", "num-clients": 16, "num-rounds": 5, "batch-size": 32,
                 "local-epochs": 2, "udfl-outbox": 20, "clients-per-message": 8, "udfl-eval-samples": 1000},

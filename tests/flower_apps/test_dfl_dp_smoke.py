@@ -12,9 +12,14 @@ from flower_apps.config import RUN_CONFIG_DEFAULTS
 def test_smoke_sweep_through_flower_simulation_writes_results_and_resumes(tmp_path, capsys):
     from flower_apps.dfl_dp import sweep
 
-    rc = sweep.main(["--grid", "smoke", "--results-dir", str(tmp_path)])
+    rc = sweep.main(["--grid", "smoke", "--results-dir", str(tmp_path), "--attacks", "--attack-eps-cal", "2",
+                     "--inversion-iters", "3", "--inversion-restarts", "1", "--attack-workers", "1"])
     assert rc == 0
-    runs = sorted((tmp_path / "dfl-dp" / "runs").iterdir())
+    all_runs = sorted((tmp_path / "dfl-dp" / "runs").iterdir())
+    shadows = [r for r in all_runs if r.name.endswith("_shadow")]
+    runs = [r for r in all_runs if not r.name.endswith("_shadow")]
+    assert len(shadows) == 4  # every attacked condition has a shadow model trained the same way
+    assert all(read_json(s / "summary.json")["data_part"] == "shadow" for s in shadows)
     assert [r.name.split("_N")[0] for r in runs] == ["fl_C1_eps2", "fl_nodp", "sequential-dfl_C1_eps2",
                                                      "sequential-dfl_nodp"]
     for r in runs:
@@ -32,12 +37,25 @@ def test_smoke_sweep_through_flower_simulation_writes_results_and_resumes(tmp_pa
     assert nodp["best_acc"] > 0.12
     out = tmp_path / "dfl-dp"
     for f in ("table3_utility.csv", "table3_utility.md", "table4_retention.md", "figure4_retention.png",
-              "figure5_degradation.png", "figure6_accuracy_curves.png"):
+              "figure5_degradation.png", "figure6_accuracy_curves.png", "table5_membership_inference.md",
+              "figure7_mia_auc.png", "table6_gradient_inversion.csv", "figure8_reconstructions.png"):
         assert (out / f).is_file(), f
+    # attack phase: 3 victims captured per attacked run, 3 attacks each; MIA rows per feature x classifier
+    import torch
+
+    for r in runs:
+        victims = torch.load(r / "victims.pt")
+        assert len(victims) == 3 and len({v["client"] for v in victims}) == 3
+        assert all(0 <= v["index"] < 2000 and 0 <= v["label"] < 10 for v in victims)
+        mia = read_json(r / "attacks_mia.json")
+        assert len(mia) == 7 and all(0.0 <= m["auc"] <= 1.0 for m in mia)
+        inv = read_json(r / "attacks_inversion_gradient.json")["rows"]
+        assert sorted({x["attack"] for x in inv}) == ["dlg", "idlg", "invgrad"] and len(inv) == 9
     # resume: nothing left to do, the report is rebuilt from the finished runs
     capsys.readouterr()
-    assert sweep.main(["--grid", "smoke", "--results-dir", str(tmp_path)]) == 0
-    assert "4 already done, 0 to run" in capsys.readouterr().out
+    assert sweep.main(["--grid", "smoke", "--results-dir", str(tmp_path), "--attacks", "--attack-eps-cal", "2",
+                       "--inversion-iters", "3", "--inversion-restarts", "1", "--attack-workers", "1"]) == 0
+    assert "8 already done, 0 to run" in capsys.readouterr().out
 
 
 @pytest.mark.slow

@@ -1,0 +1,264 @@
+"""Tables (CSV + Markdown) and figures of each UnlinkableDFL experiment, from finished results.
+
+Every table cell over seeds is ``mean +- SD [95% t-interval]`` (one seed: the value).
+The paper's reported numbers are listed beside ours in docs/unlinkable_dfl.md.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from flower_apps.common.plots import save_fig
+from flower_apps.common.results import atomic_write_text
+from flower_apps.common.stats import summarize
+from flower_apps.unlinkable_dfl.payload import payload_rows
+
+TRANSPORT_LABEL = {"mixnet": "mixnet on", "direct": "mixnet off", "baseline": "baseline (non-anonymous DFL)"}
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _table(rows: list[dict], stem: Path, title: str) -> str:
+    cols = [c for c in rows[0] if not c.startswith("_")] if rows else []
+    csv = ",".join(cols) + "\n" + "".join(",".join(f'"{r[c]}"' for c in cols) + "\n" for r in rows)
+    md = f"### {title}\n\n| " + " | ".join(cols) + " |\n|" + "---|" * len(cols) + "\n"
+    md += "".join("| " + " | ".join(str(r[c]) for c in cols) + " |\n" for r in rows)
+    atomic_write_text(stem.with_suffix(".csv"), csv)
+    atomic_write_text(stem.with_suffix(".md"), md)
+    return md
+
+
+def _group(items: list[dict], key: Callable[[dict], tuple]) -> dict[tuple, list[dict]]:
+    groups: dict[tuple, list[dict]] = defaultdict(list)
+    for s in items:
+        groups[key(s)].append(s)
+    return dict(sorted(groups.items(), key=lambda kv: tuple(str(x) if x is None else x for x in kv[0])))
+
+
+def _cell(runs: list[dict], key: str | Callable[[dict], float], scale: float = 1.0, digits: int = 3) -> str:
+    vals = [(key(r) if callable(key) else r.get(key)) for r in runs]
+    vals = [None if v is None else float(v) * scale for v in vals]
+    return summarize(vals).fmt(digits)
+
+
+def _mean(runs: list[dict], key: str | Callable[[dict], float]) -> float:
+    vals = [(key(r) if callable(key) else r.get(key)) for r in runs]
+    vals = [float(v) for v in vals if v is not None and np.isfinite(float(v))]
+    return float(np.mean(vals)) if vals else float("nan")
+
+
+def _lines(groups: dict, x_of, y_of, series_of, path: Path, xlabel: str, ylabel: str, title: str,
+           logx: bool = False) -> None:
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(5.5, 3.6))
+    series: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for k, runs in groups.items():
+        series[series_of(k)].append((x_of(k), _mean(runs, y_of)))
+    for name, pts in series.items():
+        pts.sort()
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=name)
+    if logx:
+        ax.set_xscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=7)
+    save_fig(fig, path)
+
+
+def _curves(groups: dict, label_of, path: Path, title: str) -> None:
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(5.5, 3.6))
+    for k, runs in groups.items():
+        t = min(len(r["acc_curve"]) for r in runs)
+        arr = np.asarray([r["acc_curve"][:t] for r in runs])
+        ax.plot(np.arange(1, t + 1), arr.mean(0), marker=".", label=label_of(k))
+    ax.set_xlabel("round")
+    ax.set_ylabel("mean test accuracy (live honest nodes)")
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=7)
+    save_fig(fig, path)
+
+
+def _acc_cols(runs: list[dict]) -> dict:
+    return {"seeds": len(runs), "final acc (%)": _cell(runs, "final_acc", 100, 2),
+            "best acc (%)": _cell(runs, "best_acc", 100, 2)}
+
+
+def _scaling(s: list[dict], out: Path) -> str:
+    g = _group(s, lambda r: (r["num_nodes"], r["transport"]))
+    rows = [{"N": k[0], "transport": TRANSPORT_LABEL[k[1]], **_acc_cols(v),
+             "completeness (%)": _cell(v, "mean_completeness", 100, 1), "coverage (%)": _cell(v, "mean_coverage", 100, 1)}
+            for k, v in g.items()]
+    _lines(g, lambda k: k[0], "final_acc", lambda k: TRANSPORT_LABEL[k[1]], out / "figure_scaling_accuracy.png",
+           "N (nodes)", "final test accuracy", "Utility vs N (mean over live nodes)")
+    return _table(rows, out / "table_scaling", "Experiment 1: utility vs N, mixnet on/off and the baseline")
+
+
+def _cost(s: list[dict], traffic: list[dict], out: Path) -> str:
+    md = ""
+    if s:
+        g = _group(s, lambda r: (r["transport"],))
+        rows = [{"transport": TRANSPORT_LABEL[k[0]], "N": v[0]["num_nodes"], "seeds": len(v),
+                 "CPU s/node/round": _cell(v, "mean_cpu_s_per_node", 1, 3),
+                 "mixnet CPU s/node/round": _cell(v, "mean_mixnet_cpu_s_per_node", 1, 3),
+                 "round duration s (train + virtual network + aggregate)": _cell(v, "mean_round_virtual_s", 1, 2),
+                 "virtual network s": _cell(v, "mean_network_virtual_s", 1, 2),
+                 "MB sent/node/round": _cell(v, "mean_bytes_per_node", 1e-6, 2),
+                 "meaningful packets/node/round": _cell(v, "mean_meaningful_packets_per_node", 1, 1),
+                 "final acc (%)": _cell(v, "final_acc", 100, 2)} for k, v in g.items()]
+        md += _table(rows, out / "table_cost", "Experiment 2: cost per node and round, mixnet on vs off")
+    if traffic:
+        md += "\n" + _tradeoff(traffic, out, "table_tradeoff", "Experiment 2: trade-off over K, O and mu (cf. paper Table IV)")
+    return md
+
+
+def _tradeoff(traffic: list[dict], out: Path, stem: str, title: str) -> str:
+    g = _group(traffic, lambda r: (r["label"], r["num_nodes"]))
+    rows = []
+    for (label, n), v in g.items():
+        rows.append({"config": label, "N": n, "seeds": len(v),
+                     "H_relay (bits)": f"{v[0]['h_relay_bits']:.2f}", "H_path (bits)": f"{v[0]['h_path_bits']:.2f}",
+                     "H_relay^loc (bits)": "-" if not v[0]["mixnet"] else _cell(v, "h_relay_loc_bits", 1, 2),
+                     "RTT mean (s)": _cell(v, "rtt_s_mean", 1, 3), "round (virtual s)": _cell(v, "round_virtual_s", 1, 2),
+                     "CPU s/node": _cell(v, "cpu_s_per_node", 1, 3), "MB/node": _cell(v, "bytes_per_node", 1e-6, 2),
+                     "cover pkts/node": _cell(v, "cover_packets_per_node", 1, 0),
+                     "peak RSS (MiB, all N nodes)": _cell(v, "peak_rss_mib", 1, 0),
+                     "completeness (%)": _cell(v, "completeness", 100, 1)})
+    return _table(rows, out / stem, title)
+
+
+def _payload(s: list[dict], out: Path) -> str:
+    rows = []
+    for r in payload_rows():
+        rows.append({k: (f"{v:.3f}" if isinstance(v, float) else v) for k, v in r.items()})
+    md = _table(rows, out / "table_payload", "Experiment 3: fragments and bytes per update and round (degree 4, r = 1)")
+    if s:
+        g = _group(s, lambda r: (r["encoding"],))
+        acc = [{"encoding": {"q8": "8-bit + zlib", "float32": "32-bit + zlib"}[k[0]], "transport": TRANSPORT_LABEL[v[0]["transport"]],
+                **_acc_cols(v), "meaningful packets/node/round": _cell(v, "mean_meaningful_packets_per_node", 1, 1),
+                "MB sent/node/round": _cell(v, "mean_bytes_per_node", 1e-6, 2)} for k, v in g.items()]
+        md += "\n" + _table(acc, out / "table_payload_accuracy", "Experiment 3: 8-bit vs 32-bit accuracy")
+        plt = _plt()
+        fig, ax = plt.subplots(figsize=(5.5, 3.4))
+        models = sorted({r["model"] for r in rows})
+        for j, enc in enumerate(("32-bit", "8-bit")):
+            ax.bar(np.arange(len(models)) + 0.4 * j, [next(r["fragments"] for r in rows if r["model"] == m and r["encoding"] == enc)
+                                                      for m in models], width=0.4, label=enc)
+        ax.set_xticks(np.arange(len(models)) + 0.2)
+        ax.set_xticklabels(models)
+        ax.set_yscale("log")
+        ax.set_ylabel("fragments (Sphinx packets) per update")
+        ax.legend()
+        save_fig(fig, out / "figure_payload_fragments.png")
+    return md
+
+
+def _partial(s: list[dict], out: Path) -> str:
+    g = _group(s, lambda r: (r["share_ratio"],))
+    rows = [{"r": k[0], **_acc_cols(v), "coverage (%)": _cell(v, "mean_coverage", 100, 1),
+             "MB sent/node/round": _cell(v, "mean_bytes_per_node", 1e-6, 2),
+             "meaningful packets/node/round": _cell(v, "mean_meaningful_packets_per_node", 1, 1)} for k, v in g.items()]
+    _lines(g, lambda k: k[0], "final_acc", lambda k: "FragFedAvg, mixnet on", out / "figure_partial_accuracy.png",
+           "share ratio r", "final test accuracy", "Partial exchange")
+    return _table(rows, out / "table_partial", "Experiment 4: partial exchange (share ratio r)")
+
+
+def _churn(s: list[dict], out: Path) -> str:
+    g = _group(s, lambda r: (r["churn_leave"], r["churn_join"]))
+    rows = [{"leave prob./round": k[0], "join prob./round": k[1], **_acc_cols(v),
+             "completeness (%)": _cell(v, "mean_completeness", 100, 1), "coverage (%)": _cell(v, "mean_coverage", 100, 1),
+             "mean live nodes": _cell(v, lambda r: r.get("mean_live_nodes"), 1, 1)} for k, v in g.items()]
+    _curves(g, lambda k: f"leave {k[0]:g}, join {k[1]:g}", out / "figure_churn_curves.png", "Churn")
+    return _table(rows, out / "table_churn", "Experiment 5: churn")
+
+
+def _byzantine(s: list[dict], out: Path) -> str:
+    g = _group(s, lambda r: (r["byzantine_fraction"], r["byzantine_attack"] if r["byzantine_fraction"] else "-",
+                             r["aggregator"]))
+    rows = [{"Byzantine fraction": k[0], "attack": k[1], "aggregator": {"fedavg": "FragFedAvg", "krum": "FragKrum"}[k[2]],
+             "B_r": v[0]["krum_budget"] if k[2] == "krum" else "-", **_acc_cols(v),
+             "Krum ranges": int(_mean(v, "krum_ranges")), "fallback ranges": int(_mean(v, "krum_fallback_ranges"))}
+            for k, v in g.items()]
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6, 3.4))
+    labels = [f"f={k[0]:g} {k[1]}\n{'Krum' if k[2] == 'krum' else 'FedAvg'}" for k in g]
+    ax.bar(range(len(g)), [_mean(v, "final_acc") for v in g.values()])
+    ax.set_xticks(range(len(g)))
+    ax.set_xticklabels(labels, fontsize=6)
+    ax.set_ylabel("final accuracy (honest nodes)")
+    save_fig(fig, out / "figure_byzantine.png")
+    return _table(rows, out / "table_byzantine", "Experiment 6: Byzantine fragments (N = 20, full mesh)")
+
+
+def _linking(traffic: list[dict], out: Path) -> str:
+    g = _group(traffic, lambda r: (not r["mixnet"], r["max_hops"], r["outbox"], r["mu"], r["num_nodes"]))
+    rows = []
+    for k, v in g.items():
+        row = {"config": v[0]["label"], "N": k[4], "seeds": len(v), "targets": int(_mean(v, "agnostic_targets"))}
+        for adv in ("agnostic", "aware"):
+            row[f"{adv}: accuracy"] = _cell(v, f"{adv}_accuracy", 1, 3)
+            row[f"{adv}: 1/|U_T|"] = _cell(v, f"{adv}_baseline", 1, 3)
+            row[f"{adv}: advantage"] = _cell(v, f"{adv}_advantage", 1, 3)
+            row[f"{adv}: mean |C_T|"] = _cell(v, f"{adv}_mean_candidates", 1, 2)
+        row["exposed (|C_T| = 1)"] = _cell(v, "agnostic_exposed", 1, 3)
+        row["H_relay"] = f"{v[0]['h_relay_bits']:.2f}"
+        row["H_path"] = f"{v[0]['h_path_bits']:.2f}"
+        row["H_relay^loc"] = "-" if not v[0]["mixnet"] else _cell(v, "h_relay_loc_bits", 1, 2)
+        rows.append(row)
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6.5, 3.6))
+    x = np.arange(len(g))
+    for j, adv in enumerate(("agnostic", "aware")):
+        ax.bar(x + 0.4 * j, [_mean(v, f"{adv}_accuracy") for v in g.values()], width=0.4, label=f"{adv} accuracy")
+        ax.scatter(x + 0.4 * j, [_mean(v, f"{adv}_baseline") for v in g.values()], color="k", marker="_", s=200,
+                   zorder=3, label="1/|U_T|" if j == 0 else None)
+    ax.set_xticks(x + 0.2)
+    ax.set_xticklabels([v[0]["label"] for v in g.values()], rotation=30, ha="right", fontsize=7)
+    ax.set_ylabel("sender identification accuracy")
+    ax.legend(fontsize=7)
+    save_fig(fig, out / "figure_linking.png")
+    return _table(rows, out / "table_linking", "Experiment 7: sender linking by a passive global adversary")
+
+
+def _content(s: list[dict], out: Path) -> str:
+    g = _group(s, lambda r: (r["alpha"], r["share_ratio"]))
+    rows = [{"alpha": k[0], "r": k[1], "seeds": len(v),
+             "identity linking": _cell(v, lambda r: r["content_linking"]["identity_accuracy"], 1, 3),
+             "bucket tracking": _cell(v, lambda r: r["content_linking"]["bucket_accuracy"], 1, 3),
+             "chance (1/senders)": _cell(v, lambda r: r["content_linking"]["chance"], 1, 3),
+             "fragments scored": int(_mean(v, lambda r: r["content_linking"]["fragments"])),
+             "final acc (%)": _cell(v, "final_acc", 100, 2)} for k, v in g.items()]
+    _lines(g, lambda k: k[1], lambda r: r["content_linking"]["identity_accuracy"], lambda k: f"alpha={k[0]:g}",
+           out / "figure_content_linking.png", "share ratio r", "identity-linking accuracy",
+           "Curious-recipient content linking", logx=True)
+    return _table(rows, out / "table_content_linking", "Experiment 8: curious-recipient content linking")
+
+
+def write_report(experiment: str, scale: str, summaries: list[dict], traffic: list[dict], root: Path) -> str:
+    """Write the experiment's tables and figures under ``root/<experiment>-<scale>/``; return the Markdown."""
+    out = root / f"{experiment}-{scale}"
+    out.mkdir(parents=True, exist_ok=True)
+    if not summaries and not traffic and experiment != "payload":
+        raise FileNotFoundError(f"no finished results for experiment {experiment!r} under {root}")
+    fn = {"scaling": lambda: _scaling(summaries, out), "cost": lambda: _cost(summaries, traffic, out),
+          "payload": lambda: _payload(summaries, out), "partial": lambda: _partial(summaries, out),
+          "churn": lambda: _churn(summaries, out), "byzantine": lambda: _byzantine(summaries, out),
+          "linking": lambda: _linking(traffic, out), "content": lambda: _content(summaries, out)}[experiment]
+    md = fn()
+    notes = sorted({n for s in summaries for n in s.get("data_notes", [])})
+    if notes:
+        md += "\nData: " + " ".join(f"- {n}" for n in notes) + "\n"
+    atomic_write_text(out / "report.md", md)
+    return md

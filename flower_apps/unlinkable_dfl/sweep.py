@@ -1,0 +1,204 @@
+"""Run one UnlinkableDFL experiment (reduced or paper scale) and write its tables and figures.
+
+    python -m flower_apps.unlinkable_dfl.sweep --experiment scaling
+    python -m flower_apps.unlinkable_dfl.sweep --experiment linking --scale paper --seeds 3
+    python -m flower_apps.unlinkable_dfl.sweep --experiment content --report-only
+
+Experiments: scaling, cost, payload, partial, churn, byzantine, linking, content (see
+docs/unlinkable_dfl.md). Learning runs go through Flower (all pending runs of an
+experiment share one simulation); network-only measurements (linking, and the cost
+experiment's K/O/mu trade-off) replay the study's traffic through the mixnet simulator,
+each in a fresh process. Every run writes its own result atomically; a rerun skips what
+is done (resume). Tables and figures are rebuilt from every finished result at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from flower_apps.common.results import atomic_write_json, read_json
+from flower_apps.config import RUN_CONFIG_DEFAULTS, ConfigError
+from flower_apps.unlinkable_dfl.config import PRESETS, UdflConfig, build_config
+from flower_apps.unlinkable_dfl.netexp import TrafficSpec
+
+EXPERIMENTS = ("scaling", "cost", "payload", "partial", "churn", "byzantine", "linking", "content")
+SCALES = ("reduced", "paper")
+
+
+@dataclass
+class Plan:
+    """An experiment at one scale: learning runs (run-config overrides) and transport specs."""
+
+    runs: list[dict] = field(default_factory=list)
+    traffic: list[TrafficSpec] = field(default_factory=list)
+
+
+def _grid(**axes) -> list[dict]:
+    out = [{}]
+    for key, values in axes.items():
+        out = [{**o, key: v} for o in out for v in values]
+    return out
+
+
+TRANSPORTS = {"mixnet": {"udfl-mixnet": True}, "direct": {"udfl-mixnet": False},
+              "baseline": {"udfl-mode": "baseline"}}
+
+
+def plan(experiment: str, scale: str) -> Plan:
+    """What an experiment runs at a scale (the reduced scale fits a 2-core machine in minutes)."""
+    paper = scale == "paper"
+    p = Plan()
+    if experiment == "scaling":
+        for n in ((8, 16, 32, 64, 100) if paper else (8, 16, 32)):
+            for t in TRANSPORTS.values():
+                p.runs.append({"num-clients": n, **t, **({} if paper else {"clients-per-message": max(1, n // 2)})})
+    elif experiment == "cost":
+        for t in TRANSPORTS.values():
+            p.runs.append({"num-clients": 32, **t, **({} if paper else {"num-rounds": 2, "clients-per-message": 16})})
+        n, outbox = (32, 100) if paper else (16, 100)
+        base = TrafficSpec(num_nodes=n, outbox=outbox)
+        p.traffic = [TrafficSpec(num_nodes=n, mixnet=False)]
+        p.traffic += [TrafficSpec(num_nodes=n, max_hops=k, outbox=outbox) for k in (1, 2, 3)]
+        p.traffic += [TrafficSpec(num_nodes=n, outbox=o) for o in (10, 50) if o != base.outbox]
+        p.traffic += [TrafficSpec(num_nodes=n, outbox=outbox, mu=m) for m in (0.05, 0.2)]
+    elif experiment == "payload":
+        p.runs = [{"udfl-quantize": q, **({} if paper else {"udfl-mixnet": False})} for q in (True, False)]
+    elif experiment == "partial":
+        p.runs = [{"udfl-share-ratio": r} for r in (0.1, 0.25, 0.5, 1.0)]
+    elif experiment == "churn":
+        p.runs = [{"udfl-churn-leave": c, "udfl-churn-join": 0.5} for c in (0.0, 0.1, 0.25)]
+    elif experiment == "byzantine":
+        common = {"num-clients": 20, "udfl-topology": "full-mesh", "udfl-krum-budget": 4,
+                  **({} if paper else {"udfl-mixnet": False, "clients-per-message": 10})}
+        for agg in ("fedavg", "krum"):
+            p.runs.append({**common, "udfl-aggregator": agg})
+            for attack in ("arbitrary", "scaled"):
+                p.runs.append({**common, "udfl-aggregator": agg, "udfl-byzantine-fraction": 0.2,
+                               "udfl-byzantine-attack": attack})
+    elif experiment == "linking":
+        n = 32 if paper else 16
+        p.traffic = [TrafficSpec(num_nodes=n, mixnet=False)]
+        p.traffic += [TrafficSpec(num_nodes=n, max_hops=k, outbox=o)
+                      for k in (1, 2, 3) for o in ((10, 50, 100) if paper else (10, 50))]
+    elif experiment == "content":
+        extra = {} if paper else {"num-clients": 8, "num-rounds": 4, "clients-per-message": 8}
+        p.runs = [{"udfl-alpha": a, "udfl-share-ratio": r, "udfl-mixnet": False, "udfl-curious-node": 0, **extra}
+                  for a in (0.1, 1.0, 10.0) for r in (0.1, 0.25, 0.5, 1.0)]
+    else:
+        raise ValueError(f"experiment must be one of {EXPERIMENTS}, got {experiment!r}")
+    return p
+
+
+def build_configs(runs: list[dict], scale: str, seeds: range, results_dir: str) -> list[UdflConfig]:
+    """Validated configs: defaults < the scale's preset < the experiment's knobs, for every seed."""
+    from flower_apps.studies import STUDIES  # registers the study keys
+
+    assert "unlinkable-dfl" in STUDIES
+    out = []
+    for seed in seeds:
+        for run in runs:
+            flat = {**RUN_CONFIG_DEFAULTS, **PRESETS[scale], "study": "unlinkable-dfl", "preset": scale,
+                    "results-dir": results_dir, **run, "seed": seed}
+            out.append(build_config(flat))
+    return out
+
+
+def traffic_path(results_dir: str, spec: TrafficSpec) -> Path:
+    key = hashlib.sha256(json.dumps(asdict(spec), sort_keys=True).encode()).hexdigest()[:12]
+    return Path(results_dir) / "unlinkable-dfl" / "transport" / f"{key}.json"
+
+
+def run_traffic_specs(specs: list[TrafficSpec], results_dir: str) -> None:
+    from flower_apps.unlinkable_dfl.netexp import measure_isolated
+
+    for spec in specs:
+        path = traffic_path(results_dir, spec)
+        if path.is_file():
+            continue
+        t0 = time.perf_counter()
+        (row,) = measure_isolated([spec])
+        atomic_write_json(path, {"spec": asdict(spec), "result": row})
+        print(f"  transport {spec.label} N={spec.num_nodes} seed {spec.seed}: linking acc "
+              f"{row['agnostic_accuracy']:.3f} (baseline {row['agnostic_baseline']:.3f}) "
+              f"[{time.perf_counter() - t0:.0f}s]", flush=True)
+
+
+def run_learning(configs: list[UdflConfig], num_cpus: float = 1.0) -> None:
+    from flower_apps.runner import run_many_in_process
+    from flower_apps.unlinkable_dfl.server_app import is_complete, server_main
+
+    pending = [c for c in configs if not is_complete(c)]
+    print(f"  {len(configs)} learning runs, {len(configs) - len(pending)} already done, {len(pending)} to run",
+          flush=True)
+    if not pending:
+        return
+    nodes = max(math.ceil(c.num_nodes / c.clients_per_message) for c in pending)
+    t0, done = time.perf_counter(), [0]
+
+    def on_done(cfg: UdflConfig, summary: dict) -> None:
+        done[0] += 1
+        el = time.perf_counter() - t0
+        print(f"  [{done[0]}/{len(pending)}] {summary['run']}: final acc {summary['final_acc']:.4f}, completeness "
+              f"{summary['mean_completeness']:.3f} ({summary['wall_seconds']:.0f}s; ETA "
+              f"{el / done[0] * (len(pending) - done[0]):.0f}s)", flush=True)
+
+    run_many_in_process(pending, server_main, nodes, num_cpus, 0.0, on_done=on_done)
+    missing = [c for c in pending if not is_complete(c)]
+    if missing:
+        raise RuntimeError(f"{len(missing)} runs did not finish; rerun to resume")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m flower_apps.unlinkable_dfl.sweep", description=__doc__.split("\n")[0])
+    p.add_argument("--experiment", choices=EXPERIMENTS, required=True)
+    p.add_argument("--scale", choices=SCALES, default="reduced")
+    p.add_argument("--seeds", type=int, default=1)
+    p.add_argument("--seed0", type=int, default=0)
+    p.add_argument("--results-dir", default="results")
+    p.add_argument("--num-cpus", type=float, default=1.0, help="CPUs per virtual SuperNode")
+    p.add_argument("--report-only", action="store_true")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    results_dir = str(Path(args.results_dir).resolve())
+    seeds = range(args.seed0, args.seed0 + args.seeds)
+    p = plan(args.experiment, args.scale)
+    try:
+        configs = build_configs(p.runs, args.scale, seeds, results_dir)
+    except (ConfigError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    specs = [TrafficSpec(**{**asdict(s), "seed": seed}) for seed in seeds for s in p.traffic]
+    print(f"unlinkable-dfl experiment '{args.experiment}' ({args.scale}): {len(configs)} learning runs, "
+          f"{len(specs)} transport measurements", flush=True)
+    if not args.report_only:
+        if specs:
+            run_traffic_specs(specs, results_dir)
+        if configs:
+            run_learning(configs, args.num_cpus)
+    from flower_apps.unlinkable_dfl.report import write_report
+
+    summaries = [read_json(_run_summary(c)) for c in configs if _run_summary(c).is_file()]
+    traffic = [read_json(traffic_path(results_dir, s))["result"] for s in specs if traffic_path(results_dir, s).is_file()]
+    md = write_report(args.experiment, args.scale, summaries, traffic, Path(results_dir) / "unlinkable-dfl")
+    print(md)
+    return 0
+
+
+def _run_summary(cfg: UdflConfig) -> Path:
+    from flower_apps.unlinkable_dfl.server_app import run_dir
+
+    return run_dir(cfg) / "summary.json"
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
