@@ -29,6 +29,10 @@ COMMON_KEYS: dict[str, Any] = {
     "num-clients": 100,
     "num-rounds": 100,
     "device": "auto",
+    # Seconds the ServerApp waits for one round's (or one chain hop's) replies before treating the
+    # missing ones as failed. Dead SuperNodes surface sooner (NODE_UNAVAILABLE after their heartbeat
+    # lapses, <= 60 s in flwr 1.42); this bounds the wait for nodes that stay online but hang.
+    "round-timeout": 3600.0,
 }
 RUN_CONFIG_DEFAULTS: dict[str, Any] = dict(COMMON_KEYS)
 

@@ -17,9 +17,17 @@ log = logging.getLogger("flwr")
 
 
 def backend_config(num_cpus: float = 1, num_gpus: float = 0.0) -> dict:
-    """Ray backend config with per-client resources."""
-    return {"client_resources": {"num_cpus": num_cpus, "num_gpus": num_gpus},
-            "init_args": {"include_dashboard": False, "num_cpus": os.cpu_count() or 1}}
+    """Ray backend config with per-client resources.
+
+    With ``RAY_ADDRESS`` set, the simulation joins that existing Ray cluster (Ray refuses
+    ``num_cpus`` when joining one); otherwise it starts a local Ray with this machine's CPUs.
+    """
+    init_args: dict = {"include_dashboard": False}
+    if os.environ.get("RAY_ADDRESS"):
+        init_args["address"] = os.environ["RAY_ADDRESS"]
+    else:
+        init_args["num_cpus"] = os.cpu_count() or 1
+    return {"client_resources": {"num_cpus": num_cpus, "num_gpus": num_gpus}, "init_args": init_args}
 
 
 def simulate(server_app: ServerApp, num_supernodes: int, num_cpus: float = 1, num_gpus: float = 0.0) -> None:

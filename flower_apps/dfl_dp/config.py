@@ -59,6 +59,7 @@ class DflDpConfig:
     data_part: str = "target"
     capture_victims: int = 0
     attack_round: int = 0
+    round_timeout: float = 3600.0
 
     @property
     def victim_round(self) -> int:
@@ -118,6 +119,7 @@ def build_config(c: dict[str, Any]) -> DflDpConfig:
     _need(c["device"] == "auto" or c["device"] == "cpu" or c["device"].startswith("cuda"), "device",
           f"got {c['device']!r}; allowed: 'auto', 'cpu', 'cuda', 'cuda:<i>'")
     _need(isinstance(c["seed"], int) and c["seed"] >= 0, "seed", f"must be an integer >= 0, got {c['seed']}")
+    _need(c["round-timeout"] > 0, "round-timeout", f"must be > 0 seconds, got {c['round-timeout']}")
     _need(c["data-part"] in ("target", "shadow"), "data-part", f"got {c['data-part']!r}; allowed: 'target', 'shadow'")
     _need(isinstance(c["capture-victims"], int) and 0 <= c["capture-victims"] <= c["num-clients"], "capture-victims",
           f"must be an integer in [0, num-clients], got {c['capture-victims']}")
@@ -133,4 +135,5 @@ def build_config(c: dict[str, Any]) -> DflDpConfig:
         grad_clip=float(c["grad-clip"]), clients_per_message=int(c["clients-per-message"]), device=c["device"],
         results_dir=c["results-dir"], run_name=c["run-name"], preset=c["preset"], data_part=c["data-part"],
         capture_victims=int(c["capture-victims"]), attack_round=int(c["attack-round"]),
+        round_timeout=float(c["round-timeout"]),
     )

@@ -45,9 +45,16 @@ def is_complete(cfg: DflDpConfig) -> bool:
     if not p.is_file():
         return False
     try:
-        return read_json(p).get("config_hash") == config_hash(asdict(cfg))
+        return read_json(p).get("config_hash") == run_hash(cfg)
     except (OSError, ValueError):
         return False
+
+
+def run_hash(cfg: DflDpConfig) -> str:
+    """Identity of a run for resuming: every field except those that cannot change its results."""
+    d = asdict(cfg)
+    d.pop("round_timeout")
+    return config_hash(d)
 
 
 def write_class_counts(plan, out: Path) -> None:
@@ -118,12 +125,12 @@ def server_main(grid: Grid, cfg: DflDpConfig) -> dict:
                  cfg.num_rounds, acc, elapsed, eta)
         return MetricRecord({"test-acc": acc, "test-loss": loss})
 
-    strategy.start(grid, initial, num_rounds=cfg.num_rounds, timeout=3600,
+    strategy.start(grid, initial, num_rounds=cfg.num_rounds, timeout=cfg.round_timeout,
                    train_config=config_record_for(cfg), evaluate_fn=evaluate_fn)
 
     save_model(model, out / "final_model.pt")
     acc_curve = [r["test_acc"] for r in rounds]
-    summary = {"config_hash": config_hash(asdict(cfg)), "run": out.name, "framework": cfg.framework,
+    summary = {"config_hash": run_hash(cfg), "run": out.name, "framework": cfg.framework,
                "dp": cfg.dp, "data_part": cfg.data_part, "clip_norm": cfg.clip_norm if cfg.dp else None,
                "eps_cal": cfg.eps_cal if cfg.dp else None, "seed": cfg.seed, "num_clients": cfg.num_clients,
                "num_rounds": cfg.num_rounds, "dataset": plan.name, "data_notes": plan.notes,

@@ -160,6 +160,18 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def shadow_overhead(targets: list[DflDpConfig], shadows: dict) -> str:
+    """Wall time of the shadow runs relative to their target runs (the MIA's training overhead)."""
+    from flower_apps.common.results import read_json
+    from flower_apps.dfl_dp.server_app import run_dir
+
+    t = sum(read_json(run_dir(c) / "summary.json")["wall_seconds"] for c in targets)
+    s = sum(read_json(run_dir(shadows[(c.framework, c.condition, c.seed)]) / "summary.json")["wall_seconds"]
+            for c in targets)
+    return (f"\nShadow-model overhead: {s:.0f} s of shadow training for {t:.0f} s of target training "
+            f"(ratio {s / max(t, 1e-9):.2f}; shadow-train is a quarter of target-train's size).\n")
+
+
 def run_attacks(configs: list[DflDpConfig], args: argparse.Namespace) -> str:
     """The attack phase (after training): MIA per attacked run, inversion per victim; tables, figures."""
     from flower_apps.dfl_dp import attack_eval, attack_report
@@ -173,6 +185,7 @@ def run_attacks(configs: list[DflDpConfig], args: argparse.Namespace) -> str:
         mia_rows += attack_eval.membership_inference(t, shadows[(t.framework, t.condition, t.seed)])
         print(f"[mia {i + 1}/{len(targets)}] {t.default_run_name} done", flush=True)
     md = attack_report.mia_tables(mia_rows, out)
+    md += shadow_overhead(targets, shadows)
     views = ["gradient", "noised-update"] if args.inversion_view == "both" else [args.inversion_view]
     by_key = {(c.framework, c.condition, c.seed): c for c in targets}
 

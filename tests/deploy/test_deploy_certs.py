@@ -1,0 +1,139 @@
+"""TLS and SuperNode-auth material: what deploy/certs.py writes is what flwr 1.42 accepts.
+
+The keys are checked with the very loaders flwr uses (``flower-supernode`` reads the
+private key with ``load_ssh_private_key``, ``flwr supernode register`` validates the public
+key with ``try_load_public_key``), the certificate with Python's TLS stack in both roles.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import socket
+import ssl
+import stat
+import subprocess
+import threading
+from pathlib import Path
+
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.serialization import load_ssh_private_key
+from flwr.cli.supernode.register import try_load_public_key
+from flwr.supercore.primitives.asymmetric import public_key_to_bytes
+
+from deploy import certs
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def material(tmp_path_factory):
+    out = tmp_path_factory.mktemp("certs")
+    tls, keys = certs.write_all(out, ["superlink", "flower.example.org", "203.0.113.7"], supernodes=2)
+    return out, tls, keys
+
+
+def test_server_certificate_names_every_address_and_chains_to_the_ca(material):
+    _, tls, _ = material
+    ca = x509.load_pem_x509_certificate(tls.ca_cert.read_bytes())
+    srv = x509.load_pem_x509_certificate(tls.server_cert.read_bytes())
+    san = srv.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert set(san.get_values_for_type(x509.DNSName)) == {"superlink", "flower.example.org", "localhost"}
+    assert set(san.get_values_for_type(x509.IPAddress)) == {ipaddress.ip_address(a) for a in
+                                                            ("203.0.113.7", "127.0.0.1", "::1")}
+    srv.verify_directly_issued_by(ca)
+    assert ca.extensions.get_extension_for_class(x509.BasicConstraints).value.ca
+    assert not srv.extensions.get_extension_for_class(x509.BasicConstraints).value.ca
+    eku = srv.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+    assert x509.oid.ExtendedKeyUsageOID.SERVER_AUTH in eku
+
+
+@pytest.mark.parametrize("host", ["localhost", "127.0.0.1"])
+def test_tls_handshake_succeeds_with_the_ca_and_fails_without(material, host):
+    """A real handshake on loopback: the client trusts only ca.crt and checks the hostname."""
+    _, tls, _ = material
+    server_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_ctx.load_cert_chain(tls.server_cert, tls.server_key)
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+
+    def serve(n: int) -> None:
+        for _ in range(n):
+            conn, _ = listener.accept()
+            try:
+                with server_ctx.wrap_socket(conn, server_side=True) as s:
+                    s.recv(1)
+            except (ssl.SSLError, OSError):
+                pass
+
+    t = threading.Thread(target=serve, args=(2,), daemon=True)
+    t.start()
+    good = ssl.create_default_context(cafile=str(tls.ca_cert))
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
+        with good.wrap_socket(raw, server_hostname=host) as s:
+            assert s.version() in ("TLSv1.2", "TLSv1.3")
+            s.sendall(b"x")
+    untrusting = ssl.create_default_context(cafile=str(_other_ca(material[0])))
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
+        with pytest.raises(ssl.SSLCertVerificationError):
+            untrusting.wrap_socket(raw, server_hostname=host)
+    t.join(timeout=10)
+    listener.close()
+
+
+def _other_ca(out: Path) -> Path:
+    other = certs.write_tls(out / "other", ["superlink"])
+    return other.ca_cert
+
+
+def test_supernode_keys_load_like_flwr_loads_them(material):
+    out, _, keys = material
+    assert [k.name for k in keys] == ["supernode-1", "supernode-2"]
+    listed = (out / certs.AUTHORIZED_LIST).read_text().splitlines()
+    assert len(listed) == 2
+    for key, line in zip(keys, listed):
+        private = load_ssh_private_key(key.private_key.read_bytes(), None)  # flower-supernode
+        assert isinstance(private, ec.EllipticCurvePrivateKey)
+        registered = try_load_public_key(key.public_key)  # flwr supernode register
+        assert registered == public_key_to_bytes(private.public_key())
+        assert line == key.public_key.read_text().strip() and line.endswith(f" {key.name}")
+        assert line.startswith("ecdsa-sha2-nistp384 ")
+    assert len({k.public_key.read_text() for k in keys}) == 2  # distinct keys
+
+
+def test_private_files_are_owner_only_and_never_committed(material):
+    out, tls, keys = material
+    for path in (tls.ca_key, tls.server_key, out / certs.SUPEREXEC_SECRET, *(k.private_key for k in keys)):
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
+    assert "*" in (out / ".gitignore").read_text().split()
+    secret = (out / certs.SUPEREXEC_SECRET).read_bytes()
+    assert len(secret) == 64 and not secret.endswith(b"\n")  # flwr reads it as raw bytes
+
+
+@pytest.mark.parametrize("bad", ["", "two words", "tab\there"])
+def test_bad_names_are_refused(bad):
+    with pytest.raises(ValueError):
+        certs.make_node_keypair(bad)
+    ca_key, ca = certs.make_ca()
+    with pytest.raises(ValueError):
+        certs.make_server_cert(ca_key, ca, [bad])
+
+
+def test_gen_certs_script_writes_the_compose_layout(tmp_path):
+    out = tmp_path / "certs"
+    env = {**os.environ, "OUT": str(out), "SUPERNODES": "3"}
+    res = subprocess.run(["bash", str(REPO / "docker" / "gen_certs.sh"), "flower.example.org"], cwd=tmp_path,
+                         env=env, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stdout + res.stderr
+    for name in ("ca.crt", "server.pem", "server.key", certs.SUPEREXEC_SECRET, certs.AUTHORIZED_LIST,
+                 *(f"supernodes/supernode-{i}.{ext}" for i in (1, 2, 3) for ext in ("key", "pub"))):
+        assert (out / name).is_file(), name
+    srv = x509.load_pem_x509_certificate((out / "server.pem").read_bytes())
+    names = srv.extensions.get_extension_for_class(x509.SubjectAlternativeName).value.get_values_for_type(
+        x509.DNSName)
+    assert {"superlink", "flower.example.org", "localhost"} <= set(names)
+    again = subprocess.run(["bash", str(REPO / "docker" / "gen_certs.sh")], cwd=tmp_path, env=env,
+                           capture_output=True, text=True, timeout=120)
+    assert again.returncode != 0 and "already holds a CA" in again.stderr  # never silently replaced
