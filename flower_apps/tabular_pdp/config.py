@@ -60,6 +60,7 @@ class TabularPdpConfig:
     clip_quantile: float
     delta: float
     drift_threshold: float
+    drift_min_ratio: float
     drift_recheck: int
     drift_exclude: bool
     poison: str
@@ -86,7 +87,8 @@ class TabularPdpConfig:
     def default_run_name(self) -> str:
         settings = "-".join(self.settings) or "detect"
         poison = "" if self.poison == "none" else f"_{self.poison}{self.poison_client}"
-        return f"{settings}{poison}_E{self.local_epochs}_T{self.num_rounds}_{self.dataset}_s{self.seed}"
+        clip = f"_C{self.clip_norm:g}" if self.clip_mode == "fixed" else ""
+        return f"{settings}{poison}{clip}_E{self.local_epochs}_T{self.num_rounds}_{self.dataset}_s{self.seed}"
 
 
 def _need(cond: bool, key: str, msg: str) -> None:
@@ -133,7 +135,8 @@ def build_config(c: dict[str, Any]) -> TabularPdpConfig:
     _need(c["lr"] > 0, "lr", f"must be > 0, got {c['lr']}")
     batch = _int(c, "batch-size", 1)
     k = _int(c, "tab-k", 1)
-    _need(0 <= c["tab-suppression"] <= 1, "tab-suppression", f"must be a fraction in [0, 1], got {c['tab-suppression']}")
+    _need(0 <= c["tab-suppression"] <= 1, "tab-suppression",
+          f"must be a fraction in [0, 1], got {c['tab-suppression']}")
     levels = _levels(c["tab-levels"])
     _need(c["tab-sa-bin-width"] >= 0, "tab-sa-bin-width", f"must be >= 0 (0 = raw score), got {c['tab-sa-bin-width']}")
     features = _list(c["tab-features"])
@@ -151,8 +154,10 @@ def build_config(c: dict[str, Any]) -> TabularPdpConfig:
     _need(0 < c["tab-clip-quantile"] <= 1, "tab-clip-quantile", f"must be in (0, 1], got {c['tab-clip-quantile']}")
     _need(0 < c["delta-total"] < 1, "delta-total", f"must be in (0, 1), got {c['delta-total']}")
     _need(c["tab-drift-threshold"] > 0, "tab-drift-threshold", f"must be > 0, got {c['tab-drift-threshold']}")
+    _need(c["tab-drift-min-ratio"] >= 1, "tab-drift-min-ratio", f"must be >= 1, got {c['tab-drift-min-ratio']}")
     recheck = _int(c, "tab-drift-recheck", 0)
-    _need(isinstance(c["tab-drift-exclude"], bool), "tab-drift-exclude", f"must be true or false, got {c['tab-drift-exclude']!r}")
+    _need(isinstance(c["tab-drift-exclude"], bool), "tab-drift-exclude",
+          f"must be true or false, got {c['tab-drift-exclude']!r}")
     _need(c["tab-poison"] in POISONS, "tab-poison", f"got {c['tab-poison']!r}; allowed: {list(POISONS)}")
     pc = _int(c, "tab-poison-client", 0)
     _need(pc < n, "tab-poison-client", f"must be a client id in 0..{n - 1}, got {pc}")
@@ -166,8 +171,25 @@ def build_config(c: dict[str, Any]) -> TabularPdpConfig:
         sa_bin_width=float(c["tab-sa-bin-width"]), features=features, settings=settings,
         noise_multiplier=float(c["tab-noise-multiplier"]), clip_mode=c["tab-clip-mode"],
         clip_norm=float(c["tab-clip-norm"]), clip_quantile=float(c["tab-clip-quantile"]),
-        delta=float(c["delta-total"]), drift_threshold=float(c["tab-drift-threshold"]), drift_recheck=recheck,
+        delta=float(c["delta-total"]), drift_threshold=float(c["tab-drift-threshold"]),
+        drift_min_ratio=float(c["tab-drift-min-ratio"]), drift_recheck=recheck,
         drift_exclude=bool(c["tab-drift-exclude"]), poison=c["tab-poison"], poison_client=pc,
         poison_scale=float(c["tab-poison-scale"]), device=c["device"], results_dir=c["results-dir"],
         run_name=c["run-name"], preset=c["preset"],
     )
+
+
+def config_for(preset: str = "smoke", **overrides: Any) -> TabularPdpConfig:
+    """A validated config from the study's keys, a preset and kebab-case overrides (tests, notebooks).
+
+    Unlike the router, a value given here wins even when it equals the default.
+    """
+    from flower_apps.config import COMMON_KEYS
+    from flower_apps.tabular_pdp.study import KEYS
+
+    if preset not in PRESETS:
+        raise ConfigError(f"preset={preset!r} is not a preset of study {STUDY!r}; allowed: {sorted(PRESETS)}")
+    unknown = sorted(set(overrides) - set(COMMON_KEYS) - set(KEYS))
+    if unknown:
+        raise ConfigError(f"unknown run-config key(s) {unknown}")
+    return build_config({**COMMON_KEYS, **KEYS, **PRESETS[preset], "study": STUDY, "preset": preset, **overrides})

@@ -135,8 +135,9 @@ def write_run_table(summary: dict, out: Path) -> str:
                         "eps per client (RDP)": f"{_eps(v['eps_rdp_min'])}..{_eps(v['eps_rdp_max'])}",
                         "eps server view": f"{_eps(min(sv))}..{_eps(max(sv))}" if sv else "inf"})
         rows.append(row)
+    delta = next((v["delta"] for v in summary["settings"].values() if "delta" in v), "-")
     note = (f"C = {summary['clip_norm']:.4g} ({summary['clip_mode']}; estimate {summary['clip_norm_estimate']:.4g}), "
-            f"n_eps = {summary['noise_multiplier']:g}, delta = {next(iter(summary['settings'].values())).get('delta', '-')}, "
+            f"n_eps = {summary['noise_multiplier']:g}, delta = {delta}, "
             f"{summary['num_rounds']} rounds x {summary['local_epochs']} local epochs, participants "
             f"{summary['participants']}.")
     return write_table(rows, out / "table3", "Table III (this run)", note)
@@ -173,9 +174,11 @@ def table3_rows(summaries: list[dict]) -> list[dict]:
         else:
             lo = min(r["eps_rdp_min"] for r in runs)
             hi = max(r["eps_rdp_max"] for r in runs)
-            sv = [a["eps_server_view_rdp"] for r in runs for a in r["accounting"].values() if "eps_server_view_rdp" in a]
+            sv = [a["eps_server_view_rdp"] for r in runs for a in r["accounting"].values()
+                  if "eps_server_view_rdp" in a]
             row.update({"eps per client (RDP, delta)": f"{_eps(lo)}..{_eps(hi)} ({runs[0]['delta']:g})",
-                        "eps server view": f"{_eps(min(sv))}..{_eps(max(sv))}" if sv else "inf (no noise before the server)"})
+                        "eps server view": (f"{_eps(min(sv))}..{_eps(max(sv))}" if sv
+                                            else "inf (no noise before the server)")})
         rows.append(row)
     return rows
 
@@ -191,13 +194,36 @@ def detection_rows(summaries: list[dict]) -> list[dict]:
         rates = detection_rates([r["drift"]["flagged"] for r in runs], [r["poisoned_client"] for r in runs],
                                 [r["drift"]["client_ids"] for r in runs])
         z = [r["drift"]["z_scores"][r["drift"]["client_ids"].index(r["poisoned_client"])] for r in runs
-             if r["poisoned_client"] is not None]
+             if r["poisoned_client"] in r["drift"]["client_ids"]]
         rows.append({"poison": kind, "runs": len(runs),
                      "detection rate": "-" if kind == "none" else f"{rates['detections']}/{rates['poisoned_runs']}",
                      "false-positive rate": f"{rates['false_positives']}/{rates['honest_client_checks']} "
                                             f"({rates['false_positive_rate']:.3f})",
                      "poisoned z (median)": f"{np.median(z):.1f}" if z else "-",
-                     "threshold": runs[0]["drift"]["threshold"]})
+                     "rule": f"z > {runs[0]['drift']['threshold']:g} and m_i >= "
+                             f"{runs[0]['drift'].get('min_ratio', 1.0):g} x median(m)"})
+    return rows
+
+
+def rule_sensitivity_rows(summaries: list[dict], ratios=(1.0, 1.25, 1.5, 2.0)) -> list[dict]:
+    """Detection and false-positive rates if the ratio floor had been different (same z threshold),
+    recomputed from the stored median divergences (no retraining)."""
+    from privacy.drift import robust_z_scores
+
+    rows = []
+    for ratio in ratios:
+        flagged, poisoned, parts = [], [], []
+        for s in summaries:
+            d = s["drift"]
+            med = np.asarray(d["median_divergence"])
+            z = robust_z_scores(med)
+            r = med / np.median(med)
+            flagged.append([c for c, zi, ri in zip(d["client_ids"], z, r) if zi > d["threshold"] and ri >= ratio])
+            poisoned.append(s["poisoned_client"])
+            parts.append(d["client_ids"])
+        rates = detection_rates(flagged, poisoned, parts)
+        rows.append({"min ratio": ratio, "detection rate": f"{rates['detections']}/{rates['poisoned_runs']}",
+                     "false-positive rate": f"{rates['false_positives']}/{rates['honest_client_checks']}"})
     return rows
 
 
@@ -236,6 +262,8 @@ def write_report(results_dir: str | Path) -> str:
                                  "server sees of each client (PDP only).")
     md += "\n" + write_table(detection_rows(summaries), out / "drift_detection",
                              "Drift detection (robust z of median divergence, after round 1)")
+    md += "\n" + write_table(rule_sensitivity_rows(summaries), out / "drift_rule_sensitivity",
+                             "Drift rule: rates for other ratio floors (z threshold unchanged), all runs")
     for tag, pick in (("clean", lambda s: s["poison"] == "none"), ("poisoned", lambda s: s["poison"] != "none")):
         s = next((x for x in summaries if pick(x)), None)
         if s is not None:

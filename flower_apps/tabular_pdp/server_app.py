@@ -95,7 +95,7 @@ def _strategy(setting: str, cfg: TabularPdpConfig, clients: list[int], clip_norm
     else:
         strat = PersonalizedServerSideClipping(base, cfg.noise_multiplier, clip_norm, risks, rng)
     if cfg.drift_recheck > 0:
-        return DriftGuard(strat, base, cfg.drift_recheck, cfg.drift_threshold), strat, base
+        return DriftGuard(strat, base, cfg.drift_recheck, cfg.drift_threshold, cfg.drift_min_ratio), strat, base
     return strat, strat, base
 
 
@@ -182,8 +182,10 @@ def server_main(grid: Grid, cfg: TabularPdpConfig) -> dict:
 
     # (B) drift detection after a first local round from w(0)
     models, sizes, failed = local_fit(grid, cfg, active, w0, levels, server_round=1)
+    if len(models) < 2:
+        raise RuntimeError(f"only {len(models)} client(s) returned a model in the first round; failures: {failed}")
     ids = sorted(models)
-    report = detect_drift(ids, [flatten(models[c]) for c in ids], cfg.drift_threshold)
+    report = detect_drift(ids, [flatten(models[c]) for c in ids], cfg.drift_threshold, cfg.drift_min_ratio)
     poisoned = cfg.poison_client if cfg.poison != "none" else None
     write_drift(report, anon.regions, poisoned, out)
     participants = [c for c in ids if not (cfg.drift_exclude and c in report.flagged)]
@@ -217,7 +219,8 @@ def server_main(grid: Grid, cfg: TabularPdpConfig) -> dict:
         "dataset": cfg.dataset, "data_notes": _data_notes(cfg), "levels": list(levels),
         "levels_source": anon.levels_source, "anonymization": {str(c): v for c, v in anon.harmonized.items()},
         "own_levels": {str(c): v for c, v in anon.own.items()}, "regions": {str(c): r for c, r in anon.regions.items()},
-        "skipped": {str(c): v for c, v in anon.skipped.items()}, "model_inputs": list(model_features(cfg.features, levels)),
+        "skipped": {str(c): v for c, v in anon.skipped.items()},
+        "model_inputs": list(model_features(cfg.features, levels)),
         "poison": cfg.poison, "poisoned_client": poisoned, "drift": report.to_json(),
         "detection_failures": {str(c): v for c, v in {**failed, **failed2}.items()},
         "participants": participants, "train_sizes": {str(c): sizes[c] for c in participants},

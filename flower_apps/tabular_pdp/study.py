@@ -24,6 +24,7 @@ KEYS = {
     "tab-clip-norm": 8.5,
     "tab-clip-quantile": 0.9,
     "tab-drift-threshold": 3.5,
+    "tab-drift-min-ratio": 1.25,
     "tab-drift-recheck": 0,
     "tab-drift-exclude": True,
     "tab-poison": "none",

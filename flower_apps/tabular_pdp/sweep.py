@@ -3,6 +3,8 @@
     python -m flower_apps.tabular_pdp.sweep                      # reduced: minutes on 2 cores
     python -m flower_apps.tabular_pdp.sweep --grid paper         # 10 seeds x 5 rounds x 100 epochs
     python -m flower_apps.tabular_pdp.sweep --grid reduced --seeds 5 --drift-seeds 10
+    python -m flower_apps.tabular_pdp.sweep --report-only \
+        --real-csv ../shared/data/cancer/global_cancer_patients_2015_2024.partial50k.csv
 
 Two kinds of runs, all in one simulation (one Ray start-up):
 
@@ -55,9 +57,12 @@ def build_configs(args: argparse.Namespace) -> list[TabularPdpConfig]:
     grid = GRIDS[args.grid]
     overrides: dict = {"study": STUDY, "preset": grid.preset, "results-dir": str(Path(args.results_dir).resolve())}
     for key, val in (("local-epochs", args.epochs), ("num-rounds", args.rounds), ("dataset", args.dataset),
-                     ("data-dir", args.data_dir), ("data-fraction", args.data_fraction), ("device", args.device)):
+                     ("data-dir", args.data_dir), ("data-fraction", args.data_fraction), ("device", args.device),
+                     ("tab-clip-norm", args.clip_norm)):
         if val is not None:
             overrides[key] = val
+    if args.clip_norm is not None:
+        overrides["tab-clip-mode"] = "fixed"
     seeds = range(args.seed0, args.seed0 + (grid.seeds if args.seeds is None else args.seeds))
     drift_seeds = range(args.seed0, args.seed0 + (grid.drift_seeds if args.drift_seeds is None else args.drift_seeds))
     poisons = tuple(args.poisons or grid.poisons)
@@ -87,11 +92,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--poisons", nargs="+", choices=[x for x in POISONS if x != "none"])
     p.add_argument("--epochs", type=int, help="local epochs per round (default: the preset's)")
     p.add_argument("--rounds", type=int, help="rounds per setting (default: the preset's)")
+    p.add_argument("--clip-norm", type=float, help="fix C (tab-clip-mode=fixed) instead of estimating it, "
+                   "e.g. the paper's 8.5")
     p.add_argument("--dataset", choices=["cancer-synthetic", "cancer-csv"])
     p.add_argument("--data-dir", help="the CSV (or its folder) for --dataset cancer-csv")
     p.add_argument("--data-fraction", type=float)
     p.add_argument("--device")
     p.add_argument("--num-cpus", type=float, default=1, help="CPUs per virtual SuperNode (Ray client resources)")
+    p.add_argument("--real-csv", help="also report anonymization on this real partial CSV (e.g. the shared "
+                   "50,000-row file; see flower_apps.tabular_pdp.real_table)")
     p.add_argument("--report-only", action="store_true", help="only rebuild tables and figures")
     return p.parse_args(argv)
 
@@ -110,6 +119,11 @@ def main(argv: list[str] | None = None) -> int:
         if pending:
             _run(pending, args)
     md = write_report(args.results_dir)
+    if args.real_csv:
+        from flower_apps.tabular_pdp.real_table import partial_table_report, write_partial_report
+
+        md += "\n" + write_partial_report(partial_table_report(args.real_csv),
+                                          Path(args.results_dir) / "tabular-pdp")
     print(md)
     print(f"Tables and figures in {Path(args.results_dir).resolve() / 'tabular-pdp'}")
     return 0
