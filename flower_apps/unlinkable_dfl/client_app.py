@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import time
 
+import numpy as np
 from flwr.app import ConfigRecord, Context, Message, MetricRecord, RecordDict
 
 from flower_apps.common.torch_utils import record_to_state, state_to_record
@@ -83,9 +84,12 @@ def _train_phase(cfg: UdflConfig, content: RecordDict, round_: int) -> RecordDic
             shared = corrupt(vector, cfg.byzantine_attack, cfg.byzantine_scale,
                              node_generator(cfg.seed, round_, node, STREAM_BYZ))
         layout = fragment_layout(len(vector), cfg.payload_size, cfg.encoding)
-        fragments = encode_state(shared, layout, round_, cfg.encoding,
-                                 node_generator(cfg.seed, round_, node, STREAM_QUANT))
-        peers = [int(p) for p in conf.get(f"peers.{node}", [])]
+        diverged = not np.isfinite(shared).all()
+        # A model driven to inf/NaN (e.g. FragFedAvg under Byzantine fragments) has nothing valid to
+        # share: the node sends no fragments this round (and its accuracy shows the damage).
+        fragments = [] if diverged else encode_state(shared, layout, round_, cfg.encoding,
+                                                     node_generator(cfg.seed, round_, node, STREAM_QUANT))
+        peers = [] if diverged else [int(p) for p in conf.get(f"peers.{node}", [])]
         share = 1.0 if cfg.mode == "baseline" else cfg.share_ratio
         sends = choose_sends(peers, layout.count, share, node_generator(cfg.seed, round_, node, STREAM_SENDS)) \
             if peers else []
@@ -95,7 +99,7 @@ def _train_phase(cfg: UdflConfig, content: RecordDict, round_: int) -> RecordDic
         out[f"metrics.{node}"] = MetricRecord({
             "train-loss": loss, "num-examples": seen, "train-cpu-s": train_cpu,
             "encode-cpu-s": time.process_time() - c1, "train-wall-s": time.perf_counter() - t0,
-            "num-fragments": layout.count,
+            "num-fragments": layout.count, "diverged": int(diverged),
         })
     return out
 

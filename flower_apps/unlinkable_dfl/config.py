@@ -26,8 +26,8 @@ PRESETS: dict[str, dict[str, Any]] = {
               "lr": 0.05, "batch-size": 16, "local-epochs": 2, "udfl-outbox": 10, "udfl-mu": 0.05,
               "clients-per-message": 6, "udfl-eval-samples": 300},
     # Per-run settings of the reduced sweeps (2-core machine, minutes per experiment).
-    "reduced": {"dataset": "mnist-5k", "num-clients": 16, "num-rounds": 5, "batch-size": 32,
-                "local-epochs": 2, "udfl-outbox": 20, "clients-per-message": 8, "udfl-eval-samples": 1000},
+    "reduced": {"dataset": "mnist-5k", "num-clients": 16, "num-rounds": 5, "lr": 0.02, "batch-size": 32,
+                "local-epochs": 2, "udfl-outbox": 20, "clients-per-message": 8, "udfl-eval-samples": 300},
 }
 
 
@@ -129,7 +129,8 @@ def build_config(c: dict[str, Any]) -> UdflConfig:
     """Validate the flat run config (kebab-case keys) and build the dataclass."""
     n = c["num-clients"]
     _need(_is_int(n) and n >= 3, "num-clients", f"must be an integer >= 3, got {n!r}")
-    _need(_is_int(c["num-rounds"]) and c["num-rounds"] >= 1, "num-rounds", f"must be an integer >= 1, got {c['num-rounds']!r}")
+    _need(_is_int(c["num-rounds"]) and c["num-rounds"] >= 1, "num-rounds",
+          f"must be an integer >= 1, got {c['num-rounds']!r}")
     _need(_is_int(c["seed"]) and c["seed"] >= 0, "seed", f"must be an integer >= 0, got {c['seed']!r}")
     _need(c["dataset"] in DATASETS, "dataset", f"got {c['dataset']!r}; allowed: {sorted(DATASETS)}")
     _need(0 < c["data-fraction"] <= 1, "data-fraction", f"must be in (0, 1], got {c['data-fraction']}")
@@ -141,13 +142,15 @@ def build_config(c: dict[str, Any]) -> UdflConfig:
     _need(c["lr"] > 0, "lr", f"must be > 0, got {c['lr']}")
     _need(0 <= c["momentum"] < 1, "momentum", f"must be in [0, 1), got {c['momentum']}")
     _need(c["weight-decay"] >= 0, "weight-decay", f"must be >= 0, got {c['weight-decay']}")
-    _need(_is_int(c["batch-size"]) and c["batch-size"] >= 1, "batch-size", f"must be an integer >= 1, got {c['batch-size']!r}")
+    _need(_is_int(c["batch-size"]) and c["batch-size"] >= 1, "batch-size",
+          f"must be an integer >= 1, got {c['batch-size']!r}")
     _need(_is_int(c["local-epochs"]) and c["local-epochs"] >= 1, "local-epochs",
           f"must be an integer >= 1, got {c['local-epochs']!r}")
     _need(c["udfl-mode"] in MODES, "udfl-mode", f"got {c['udfl-mode']!r}; allowed: {list(MODES)}")
     _need(_is_int(c["udfl-max-hops"]) and 1 <= c["udfl-max-hops"] <= 5, "udfl-max-hops",
           f"must be an integer in [1, 5] (the header's hop capacity), got {c['udfl-max-hops']!r}")
-    _need(_is_int(c["udfl-outbox"]) and c["udfl-outbox"] >= 1, "udfl-outbox", f"must be an integer >= 1, got {c['udfl-outbox']!r}")
+    _need(_is_int(c["udfl-outbox"]) and c["udfl-outbox"] >= 1, "udfl-outbox",
+          f"must be an integer >= 1, got {c['udfl-outbox']!r}")
     _need(c["udfl-mu"] > 0, "udfl-mu", f"must be > 0 seconds, got {c['udfl-mu']}")
     _need(c["udfl-sigma"] >= 0, "udfl-sigma", f"must be >= 0 seconds, got {c['udfl-sigma']}")
     _need(c["udfl-cover-policy"] in COVER_POLICIES, "udfl-cover-policy",

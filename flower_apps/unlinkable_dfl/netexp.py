@@ -12,13 +12,15 @@ fresh process so that ``ru_maxrss`` is its own).
 
 from __future__ import annotations
 
-import concurrent.futures as cf
-import multiprocessing as mp
+import json
 import random
 import resource
+import subprocess
+import sys
 import time
 import warnings
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -96,13 +98,25 @@ def linking_scores(sim: Simulator, ids: list[bytes], seed: int = 0) -> dict[str,
     return out
 
 
+def _peak_rss_kib() -> float:
+    """This process's peak resident set (KiB): VmHWM on Linux (``ru_maxrss`` survives exec there)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return float(line.split()[1])
+    except OSError:
+        pass
+    return float(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+
+
 def measure(spec: TrafficSpec, entropy_relays: int = 8) -> dict[str, float]:
     """Everything the trade-off and linking tables report for one configuration."""
-    rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    rss0 = _peak_rss_kib()
     t0 = time.perf_counter()
     sim, ids, cpu = run_traffic(spec)
     wall = time.perf_counter() - t0
-    rss1 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    rss1 = _peak_rss_kib()
     records = sim.message_records()
     stats = sim.node_stats()
     n = spec.num_nodes
@@ -134,10 +148,17 @@ def measure(spec: TrafficSpec, entropy_relays: int = 8) -> dict[str, float]:
 
 
 def measure_isolated(specs: list[TrafficSpec]) -> list[dict[str, float]]:
-    """:func:`measure` each spec in its own fresh process (peak memory per configuration)."""
-    ctx = mp.get_context("spawn")
+    """:func:`measure` each spec in a fresh interpreter that imports only the network code,
+    so that ``rss_growth_mib`` is the simulation's own memory (all N nodes)."""
     out = []
     for spec in specs:
-        with cf.ProcessPoolExecutor(max_workers=1, mp_context=ctx) as pool:
-            out.append(pool.submit(measure, spec).result())
+        proc = subprocess.run([sys.executable, "-m", "flower_apps.unlinkable_dfl.netexp", json.dumps(asdict(spec))],
+                              capture_output=True, text=True, check=False, cwd=Path(__file__).resolve().parents[2])
+        if proc.returncode != 0:
+            raise RuntimeError(f"transport measurement {spec} failed:\n{proc.stderr[-2000:]}")
+        out.append(json.loads(proc.stdout.strip().splitlines()[-1]))
     return out
+
+
+if __name__ == "__main__":
+    print(json.dumps(measure(TrafficSpec(**json.loads(sys.argv[1])))))

@@ -119,8 +119,20 @@ def _cost(s: list[dict], traffic: list[dict], out: Path) -> str:
                  "meaningful packets/node/round": _cell(v, "mean_meaningful_packets_per_node", 1, 1),
                  "final acc (%)": _cell(v, "final_acc", 100, 2)} for k, v in g.items()]
         md += _table(rows, out / "table_cost", "Experiment 2: cost per node and round, mixnet on vs off")
+        plt = _plt()
+        fig, axes = plt.subplots(1, 3, figsize=(9, 3.2))
+        labels = [TRANSPORT_LABEL[k[0]].split(" (")[0] for k in g]
+        for ax, key, ylabel, scale in zip(axes, ("mean_cpu_s_per_node", "mean_round_virtual_s", "mean_bytes_per_node"),
+                                          ("CPU s / node / round", "round duration (s)", "MB / node / round"),
+                                          (1, 1, 1e-6)):
+            ax.bar(range(len(g)), [_mean(v, key) * scale for v in g.values()])
+            ax.set_xticks(range(len(g)))
+            ax.set_xticklabels(labels, fontsize=7, rotation=20)
+            ax.set_ylabel(ylabel)
+        save_fig(fig, out / "figure_cost.png")
     if traffic:
-        md += "\n" + _tradeoff(traffic, out, "table_tradeoff", "Experiment 2: trade-off over K, O and mu (cf. paper Table IV)")
+        md += "\n" + _tradeoff(traffic, out, "table_tradeoff",
+                                "Experiment 2: trade-off over K, O and mu (cf. paper Table IV)")
     return md
 
 
@@ -135,6 +147,7 @@ def _tradeoff(traffic: list[dict], out: Path, stem: str, title: str) -> str:
                      "CPU s/node": _cell(v, "cpu_s_per_node", 1, 3), "MB/node": _cell(v, "bytes_per_node", 1e-6, 2),
                      "cover pkts/node": _cell(v, "cover_packets_per_node", 1, 0),
                      "peak RSS (MiB, all N nodes)": _cell(v, "peak_rss_mib", 1, 0),
+                     "RSS growth in the round (MiB)": _cell(v, "rss_growth_mib", 1, 1),
                      "completeness (%)": _cell(v, "completeness", 100, 1)})
     return _table(rows, out / stem, title)
 
@@ -146,7 +159,8 @@ def _payload(s: list[dict], out: Path) -> str:
     md = _table(rows, out / "table_payload", "Experiment 3: fragments and bytes per update and round (degree 4, r = 1)")
     if s:
         g = _group(s, lambda r: (r["encoding"],))
-        acc = [{"encoding": {"q8": "8-bit + zlib", "float32": "32-bit + zlib"}[k[0]], "transport": TRANSPORT_LABEL[v[0]["transport"]],
+        enc_label = {"q8": "8-bit + zlib", "float32": "32-bit + zlib"}
+        acc = [{"encoding": enc_label[k[0]], "transport": TRANSPORT_LABEL[v[0]["transport"]],
                 **_acc_cols(v), "meaningful packets/node/round": _cell(v, "mean_meaningful_packets_per_node", 1, 1),
                 "MB sent/node/round": _cell(v, "mean_bytes_per_node", 1e-6, 2)} for k, v in g.items()]
         md += "\n" + _table(acc, out / "table_payload_accuracy", "Experiment 3: 8-bit vs 32-bit accuracy")
@@ -154,8 +168,8 @@ def _payload(s: list[dict], out: Path) -> str:
         fig, ax = plt.subplots(figsize=(5.5, 3.4))
         models = sorted({r["model"] for r in rows})
         for j, enc in enumerate(("32-bit", "8-bit")):
-            ax.bar(np.arange(len(models)) + 0.4 * j, [next(r["fragments"] for r in rows if r["model"] == m and r["encoding"] == enc)
-                                                      for m in models], width=0.4, label=enc)
+            counts = [next(r["fragments"] for r in rows if r["model"] == m and r["encoding"] == enc) for m in models]
+            ax.bar(np.arange(len(models)) + 0.4 * j, counts, width=0.4, label=enc)
         ax.set_xticks(np.arange(len(models)) + 0.2)
         ax.set_xticklabels(models)
         ax.set_yscale("log")
@@ -209,10 +223,10 @@ def _linking(traffic: list[dict], out: Path) -> str:
         row = {"config": v[0]["label"], "N": k[4], "seeds": len(v), "targets": int(_mean(v, "agnostic_targets"))}
         for adv in ("agnostic", "aware"):
             row[f"{adv}: accuracy"] = _cell(v, f"{adv}_accuracy", 1, 3)
-            row[f"{adv}: 1/|U_T|"] = _cell(v, f"{adv}_baseline", 1, 3)
+            row[f"{adv}: 1/#U_T"] = _cell(v, f"{adv}_baseline", 1, 3)
             row[f"{adv}: advantage"] = _cell(v, f"{adv}_advantage", 1, 3)
-            row[f"{adv}: mean |C_T|"] = _cell(v, f"{adv}_mean_candidates", 1, 2)
-        row["exposed (|C_T| = 1)"] = _cell(v, "agnostic_exposed", 1, 3)
+            row[f"{adv}: mean #C_T"] = _cell(v, f"{adv}_mean_candidates", 1, 2)
+        row["exposed (#C_T = 1)"] = _cell(v, "agnostic_exposed", 1, 3)
         row["H_relay"] = f"{v[0]['h_relay_bits']:.2f}"
         row["H_path"] = f"{v[0]['h_path_bits']:.2f}"
         row["H_relay^loc"] = "-" if not v[0]["mixnet"] else _cell(v, "h_relay_loc_bits", 1, 2)

@@ -151,7 +151,7 @@ def server_main(grid: Grid, cfg: UdflConfig) -> dict:
                  row["elapsed_s"])
     summary = _summary(cfg, out.name, plan, rounds, num_values, layout, byzantine, time.perf_counter() - t_start)
     if curious is not None:
-        summary["content_linking"] = curious.analyse(cfg.seed)
+        summary["content_linking"] = curious.analyse()
     atomic_write_json(out / "summary.json", summary)
     return summary
 
@@ -171,8 +171,9 @@ def _round_row(cfg, t, live, agg_nodes, byzantine, tm, am, d, rejoined, num_frag
     cpu = {i: float(tm[i]["train-cpu-s"]) + float(tm[i]["encode-cpu-s"]) + d.cpu_s.get(i, 0.0)
            + (float(am[i]["aggregate-cpu-s"]) if i in am else 0.0) for i in live}
     meaningful = {i: sum(d.packets_sent.get(i, {}).get(k, 0) for k in MEANINGFUL) for i in live}
-    train_s = max(float(tm[i]["train-wall-s"]) for i in live)
-    agg_s = max((float(am[i]["aggregate-wall-s"]) for i in agg_nodes), default=0.0)
+    # Median node: robust to one-off warm-up costs (first optimizer, first data load) in a process.
+    train_s = float(np.median([float(tm[i]["train-wall-s"]) for i in live]))
+    agg_s = float(np.median([float(am[i]["aggregate-wall-s"]) for i in agg_nodes])) if agg_nodes else 0.0
     return {
         "round": t, "live_nodes": len(live), "aggregating_nodes": len(agg_nodes), "rejoined": rejoined,
         "departed": d.departed,
@@ -181,6 +182,7 @@ def _round_row(cfg, t, live, agg_nodes, byzantine, tm, am, d, rejoined, num_frag
         "test_loss": _mean(float(am[i]["test-loss"]) for i in honest),
         "train_loss": _mean(float(tm[i]["train-loss"]) for i in live if i not in byzantine),
         "fragments_per_update": num_fragments,
+        "diverged_nodes": int(sum(float(tm[i]["diverged"]) for i in live)),
         "payloads_intended": d.intended, "payloads_delivered": d.delivered,
         "completeness": d.delivered / d.intended if d.intended else 1.0,
         "coverage": _mean(float(am[i]["coverage"]) for i in honest),
@@ -188,13 +190,13 @@ def _round_row(cfg, t, live, agg_nodes, byzantine, tm, am, d, rejoined, num_frag
         "krum_fallback_ranges": int(sum(float(am[i]["fallback-ranges"]) for i in agg_nodes)),
         "duplicates": int(sum(float(am[i]["duplicates"]) for i in agg_nodes)),
         "stale": int(sum(float(am[i]["stale"]) for i in agg_nodes)),
-        "cpu_s_per_node": _mean(cpu.values()),
+        "cpu_s_per_node": float(np.median(list(cpu.values()))),
         "mixnet_cpu_s_per_node": _mean(d.cpu_s.get(i, 0.0) for i in live),
         "bytes_per_node": _mean(d.bytes_sent.get(i, 0) for i in live),
         "meaningful_packets_per_node": _mean(meaningful.values()),
         "cover_packets_per_node": _mean(d.packets_sent.get(i, {}).get("cover", 0) for i in live),
         "relay_packets_per_node": _mean(d.packets_sent.get(i, {}).get("relay", 0) for i in live),
-        "network_virtual_s": d.network_s, "train_wall_s_max": train_s, "aggregate_wall_s_max": agg_s,
+        "network_virtual_s": d.network_s, "train_wall_s_median": train_s, "aggregate_wall_s_median": agg_s,
         "round_virtual_s": train_s + d.network_s + agg_s,
         "rtt_s_mean": _mean(d.rtt_s),
     }
@@ -203,7 +205,7 @@ def _round_row(cfg, t, live, agg_nodes, byzantine, tm, am, d, rejoined, num_frag
 def _summary(cfg, name, plan, rounds, num_values, layout, byzantine, wall) -> dict:
     acc = [r["test_acc"] for r in rounds]
     keys = ("completeness", "coverage", "cpu_s_per_node", "bytes_per_node", "meaningful_packets_per_node",
-            "network_virtual_s", "round_virtual_s", "rtt_s_mean", "mixnet_cpu_s_per_node")
+            "network_virtual_s", "round_virtual_s", "rtt_s_mean", "mixnet_cpu_s_per_node", "live_nodes")
     out = {
         "config_hash": config_hash(asdict(cfg)), "run": name, "seed": cfg.seed, "num_nodes": cfg.num_nodes,
         "num_rounds": cfg.num_rounds, "dataset": plan.name, "data_notes": plan.notes, "model": cfg.model,

@@ -61,7 +61,8 @@ def plan(experiment: str, scale: str) -> Plan:
                 p.runs.append({"num-clients": n, **t, **({} if paper else {"clients-per-message": max(1, n // 2)})})
     elif experiment == "cost":
         for t in TRANSPORTS.values():
-            p.runs.append({"num-clients": 32, **t, **({} if paper else {"num-rounds": 2, "clients-per-message": 16})})
+            p.runs.append({"num-clients": 32, "udfl-outbox": 100, **t,
+                           **({} if paper else {"num-rounds": 2, "clients-per-message": 16})})
         n, outbox = (32, 100) if paper else (16, 100)
         base = TrafficSpec(num_nodes=n, outbox=outbox)
         p.traffic = [TrafficSpec(num_nodes=n, mixnet=False)]
