@@ -27,7 +27,7 @@ METHOD_LABEL = {"fedavg": "FedAvg", "fedprox": "FedProx", "fedadam": "FedAdam (F
                 "centralized": "Centralized", "local": "Local-only"}
 METHOD_ORDER = ("centralized", "fedavg", "fedprox", "fedadam", "local")
 CAVEAT = ("Dataset-size caveat: the paper trains on 15,847 breast-ultrasound images; the public BUSI set has 780 "
-          "(624 train / 78 val / 78 test here), so every number beside the paper's is a small-data, "
+          "(at most 624 train / 78 validation / 78 test here), so every number beside the paper's is a small-data, "
           "often reduced-scale replication, not a like-for-like comparison.")
 SYNTHETIC_WARNING = "**SYNTHETIC DATA (smoke run): these numbers describe a generator, not ultrasound.**"
 # The paper's reference numbers quoted in the issue (accuracy, %).
@@ -46,6 +46,12 @@ def _plt():
     import matplotlib.pyplot as plt
 
     return plt
+
+
+def MaxNLocator(**kw):  # noqa: N802 - matplotlib's class, imported lazily (Agg backend first)
+    from matplotlib.ticker import MaxNLocator as _Locator
+
+    return _Locator(**kw)
 
 
 def write_table(rows: list[dict], stem: Path, title: str, note: str = "") -> str:
@@ -107,6 +113,7 @@ def write_run_outputs(out: Path, summary: dict, rounds: list[dict], partition_ro
         if "test_f1" in rounds[0]:
             ax.plot(r, [100 * x["test_f1"] for x in rounds], marker=".", label="test macro F1")
         ax.set_xlabel("round")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_ylabel("%")
         ax.set_title(f"{METHOD_LABEL[summary['method']]} {summary['arch']} ({summary['task']})", fontsize=9)
         ax.legend(fontsize=7)
@@ -181,7 +188,8 @@ def results_rows(summaries: list[dict], dp: bool) -> list[dict]:
             step = np.mean([r["timing"]["mean_step_seconds"] for r in runs])
             row["step time vs no-DP"] = f"{step / base:.2f}x" if base else "-"
         row.update(_stat_cells(runs))
-        row["round time (s)"] = f"{np.nanmean([r['timing']['mean_round_seconds'] for r in runs]):.2f}"
+        secs = [r["timing"]["mean_round_seconds"] for r in runs if not np.isnan(r["timing"]["mean_round_seconds"])]
+        row["round time (s)"] = f"{np.mean(secs):.2f}" if secs else "-"
         rows.append(row)
     return rows
 
@@ -221,7 +229,8 @@ def ablation_rows(summaries: list[dict]) -> tuple[list[dict], dict]:
         for i, c in enumerate(cs):
             row = {"scale": key[0], "task": key[1], "partition": key[2], "arch": key[3], "C": c}
             for j, z in enumerate(zs):
-                cell = [r["test_accuracy"] * 100 for r in runs if r["max_grad_norm"] == c and r["noise_multiplier"] == z]
+                cell = [r["test_accuracy"] * 100 for r in runs
+                        if r["max_grad_norm"] == c and r["noise_multiplier"] == z]
                 s = summarize(cell) if cell else None
                 row[f"z={z:g}"] = s.fmt(1) if s else "-"
                 grid[i, j] = s.mean if s else np.nan
@@ -240,8 +249,8 @@ def communication_rows(summaries: list[dict]) -> list[dict]:
     rows = []
     for (arch, c, k, t, dp), com in sorted(seen.items()):
         rows.append({"arch": arch, "classes": c, "K": k, "T": t, "DP model": "GroupNorm" if dp else "as built",
-                     "|theta| (M)": f"{com['num_params'] / 1e6:.2f}", "MB / round": f"{com['mb_per_round']:.1f}",
-                     f"total MB": f"{com['total_mb']:.0f}",
+                     "params (M)": f"{com['num_params'] / 1e6:.2f}", "MB / round": f"{com['mb_per_round']:.1f}",
+                     "total MB": f"{com['total_mb']:.0f}",
                      "actual payload MB / round": f"{com['payload_mb_per_round']:.1f}"})
     return rows
 
@@ -275,11 +284,13 @@ def _curves_figure(summaries: list[dict], out: Path) -> list[Path]:
                 continue
             arr = np.asarray([r["acc_curve"][:t] for r in rs]) * 100
             x = np.arange(1, t + 1)
-            (line,) = ax.plot(x, arr.mean(0), lw=1.2, label=METHOD_LABEL[method] + ("" if dp == "none" else f" DP {dp}"))
+            label = METHOD_LABEL[method] + ("" if dp == "none" else f" DP {dp}")
+            (line,) = ax.plot(x, arr.mean(0), lw=1.2, label=label)
             if len(rs) > 1:
                 ss = [summarize(list(arr[:, i])) for i in range(t)]
                 ax.fill_between(x, [s.ci_low for s in ss], [s.ci_high for s in ss], color=line.get_color(), alpha=0.15)
         ax.set_xlabel("round (centralized / local: round-equivalent of E epochs)", fontsize=7)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_ylabel("test accuracy (%)")
         ax.set_title(f"{task}, {part}, {arch}\n{scale} (bands: 95% t-interval)", fontsize=8)
         ax.legend(fontsize=6)

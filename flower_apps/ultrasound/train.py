@@ -10,6 +10,7 @@ no privacy cost) -- adding it to the loss would let Opacus overwrite it.
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -32,6 +33,7 @@ class DpSettings:
     noise_multiplier: float
     max_grad_norm: float
     grad_sample_mode: str = "hooks"
+    poisson_sampling: bool = True  # False only in tests (fixed batches, to compare with a plain step)
 
 
 @dataclass
@@ -120,7 +122,8 @@ def train_local(
     pt = None
     if dp is not None:
         pt = make_private(model, opt, n, batch_size, noise_multiplier=dp.noise_multiplier,
-                          max_grad_norm=dp.max_grad_norm, grad_sample_mode=dp.grad_sample_mode, seed=seed)
+                          max_grad_norm=dp.max_grad_norm, grad_sample_mode=dp.grad_sample_mode, seed=seed,
+                          poisson_sampling=dp.poisson_sampling)
         net, opt, loss_fn = pt.model, pt.optimizer, pt.criterion
     total, seen, steps = 0.0, 0, 0
     t0 = time.perf_counter()
@@ -142,7 +145,9 @@ def train_local(
                 opt.step()
             else:
                 loss = loss_fn(net(xb), yb)
-                loss.backward()
+                with warnings.catch_warnings():  # Opacus' hooks on the first layer: benign, inputs need no grad
+                    warnings.filterwarnings("ignore", message="Full backward hook is firing")
+                    loss.backward()
                 if opt.pre_step():  # clip per-sample gradients, add noise, average
                     if anchor is not None:
                         with torch.no_grad():

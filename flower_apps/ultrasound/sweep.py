@@ -1,0 +1,202 @@
+"""Run the ultrasound grid through Flower and report it.
+
+    python -m flower_apps.ultrasound.sweep --grid smoke
+    python -m flower_apps.ultrasound.sweep --grid cpu --tasks normal-vs-abnormal --partitions iid --seeds 2
+    python -m flower_apps.ultrasound.sweep --grid paper --num-gpus 0.125        # GPU: 8 clients share one GPU
+
+A grid is: tasks x partitions x backbones x methods (FedAvg, FedProx, FedAdam, centralized,
+local-only) without DP; the FL algorithms again with DP-SGD at the paper's operating point
+(C = 1.5, z = 2); and the C x z ablation (Table 15) with FedAvg -- each over seeds. Every run
+writes its own folder atomically; a rerun skips finished runs (resume). All pending runs share
+one simulation (one Ray start-up). At the end the tables and figures are rebuilt from every
+finished run under ``<results-dir>/ultrasound``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from flower_apps.config import RUN_CONFIG_DEFAULTS, ConfigError, resolve
+from flower_apps.studies import STUDIES
+from flower_apps.ultrasound.config import ALGORITHMS, MODES, UltrasoundConfig
+from flower_apps.ultrasound.report import write_report
+from flower_apps.ultrasound.server_app import is_complete, server_main
+
+METHODS = ("fedavg", "fedprox", "fedadam", "centralized", "local")
+PAPER_ABLATION_C = (0.5, 1.0, 1.5, 2.0)
+PAPER_ABLATION_Z = (0.5, 1.0, 1.5, 2.0, 3.0)
+TASKS3 = ("normal-vs-abnormal", "benign-vs-malignant", "three-class")
+
+
+@dataclass(frozen=True)
+class Grid:
+    """A named grid: per-run preset and what to sweep."""
+
+    preset: str
+    tasks: tuple[str, ...]
+    partitions: tuple[str, ...]
+    archs: tuple[str, ...]
+    methods: tuple[str, ...]
+    dp_methods: tuple[str, ...]  # FL algorithms also run with DP-SGD at dp_point
+    dp_point: tuple[float, float]  # (C, z)
+    dp_tasks: tuple[str, ...]
+    ablation_c: tuple[float, ...]
+    ablation_z: tuple[float, ...]
+    ablation_arch: str
+    seeds: int
+
+
+GRIDS = {
+    # Minutes on 2 cores: every method, DP at the paper's point, a 2-cell ablation (tables and figures).
+    "smoke": Grid("smoke", ("normal-vs-abnormal",), ("non-iid",), ("mobilenetv2_100",), METHODS, ("fedavg",),
+                  (1.5, 2.0), ("normal-vs-abnormal",), (0.5, 1.5), (2.0,), "mobilenetv2_100", 1),
+    # CPU scale (64 px, MobileNetV2, T = 10, E = 2): the paper's structure; hours for all of it -- subset it.
+    "cpu": Grid("cpu", TASKS3, ("iid", "non-iid"), ("mobilenetv2_100",), METHODS, ALGORITHMS, (1.5, 2.0),
+                ("normal-vs-abnormal",), PAPER_ABLATION_C, PAPER_ABLATION_Z, "mobilenetv2_100", 3),
+    # The paper (GPU): seven backbones, three tasks, IID and non-IID, DP for every FL algorithm, full ablation.
+    "paper": Grid("paper", TASKS3, ("iid", "non-iid"),
+                  ("resnet50", "vgg16", "vgg19", "densenet121", "mobilenetv2_100", "vit_small_patch16_224",
+                   "coatnet_0_rw_224"), METHODS, ALGORITHMS, (1.5, 2.0), ("normal-vs-abnormal",),
+                  PAPER_ABLATION_C, PAPER_ABLATION_Z, "densenet121", 3),
+}
+
+
+def _method_keys(method: str) -> dict:
+    if method in ALGORITHMS:
+        return {"us-mode": "federated", "us-algorithm": method}
+    if method not in MODES:
+        raise ConfigError(f"--methods: {method!r} is not a method; allowed: {list(METHODS)}")
+    return {"us-mode": method}
+
+
+def run_specs(grid: Grid, args: argparse.Namespace) -> list[dict]:
+    """Every run of the grid as overrides (seed-major, No-DP before DP)."""
+    tasks = args.tasks or grid.tasks
+    parts = args.partitions or grid.partitions
+    archs = args.archs or grid.archs
+    methods = args.methods or grid.methods
+    specs: list[dict] = []
+    seeds = range(args.seed0, args.seed0 + (args.seeds or grid.seeds))
+    for seed in seeds:
+        for task in tasks:
+            for part in parts:
+                for arch in archs:
+                    base = {"seed": seed, "us-task": task, "us-partition": part, "us-arch": arch}
+                    specs += [{**base, **_method_keys(m), "us-dp-sgd": False} for m in methods]
+                    if not args.no_dp and task in grid.dp_tasks:
+                        c, z = grid.dp_point
+                        specs += [{**base, **_method_keys(m), "us-dp-sgd": True, "us-max-grad-norm": c,
+                                   "us-noise-multiplier": z} for m in grid.dp_methods if m in methods]
+            if not args.no_ablation and task in grid.dp_tasks and "fedavg" in methods:
+                arch = grid.ablation_arch if not args.archs else args.archs[0]
+                part = "non-iid" if "non-iid" in parts else parts[0]  # the ablation runs on one partition
+                for c in grid.ablation_c:
+                    for z in grid.ablation_z:
+                        specs.append({"seed": seed, "us-task": task, "us-partition": part, "us-arch": arch,
+                                      **_method_keys("fedavg"), "us-dp-sgd": True, "us-max-grad-norm": c,
+                                      "us-noise-multiplier": z})
+    return specs
+
+
+def build_configs(args: argparse.Namespace) -> list[UltrasoundConfig]:
+    """Validated configs of the grid, duplicates removed (the DP point is also an ablation cell)."""
+    grid = GRIDS[args.grid]
+    knobs: dict = {"study": "ultrasound", "preset": grid.preset, "results-dir": str(Path(args.results_dir).resolve())}
+    for key, val in (("num-rounds", args.rounds), ("local-epochs", args.local_epochs),
+                     ("us-image-size", args.image_size), ("dataset", args.dataset), ("data-dir", args.data_dir),
+                     ("device", args.device), ("us-grad-sample-mode", args.grad_sample_mode),
+                     ("data-fraction", args.data_fraction)):
+        if val is not None:
+            knobs[key] = val
+    spec = STUDIES["ultrasound"]
+    configs, seen = [], set()
+    for run in run_specs(grid, args):
+        _, flat = resolve({**RUN_CONFIG_DEFAULTS, "study": "ultrasound", "preset": grid.preset}, STUDIES)
+        flat.update({k: v for k, v in knobs.items() if k != "preset"})
+        flat.update(run)
+        cfg = spec.build_config(flat)
+        if cfg.default_run_name not in seen:
+            seen.add(cfg.default_run_name)
+            configs.append(cfg)
+    return configs
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m flower_apps.ultrasound.sweep", description=__doc__.split("\n")[0])
+    p.add_argument("--grid", choices=sorted(GRIDS), default="smoke")
+    p.add_argument("--results-dir", default="results")
+    p.add_argument("--seeds", type=int, help="number of seeds (default: the grid's)")
+    p.add_argument("--seed0", type=int, default=0)
+    p.add_argument("--tasks", nargs="+", choices=list(TASKS3) + ["nonmalignant-vs-malignant"])
+    p.add_argument("--partitions", nargs="+", choices=["iid", "non-iid", "label", "quantity", "feature"])
+    p.add_argument("--archs", nargs="+", help="timm names (default: the grid's)")
+    p.add_argument("--methods", nargs="+", choices=METHODS)
+    p.add_argument("--no-dp", action="store_true", help="skip the DP-SGD runs at the operating point")
+    p.add_argument("--no-ablation", action="store_true", help="skip the C x z ablation")
+    p.add_argument("--rounds", type=int)
+    p.add_argument("--local-epochs", type=int)
+    p.add_argument("--image-size", type=int)
+    p.add_argument("--data-fraction", type=float)
+    p.add_argument("--dataset", choices=["busi", "breastmnist", "synthetic"])
+    p.add_argument("--data-dir")
+    p.add_argument("--device")
+    p.add_argument("--grad-sample-mode", choices=["hooks", "functorch", "ew", "ghost"])
+    p.add_argument("--num-cpus", type=float, default=1, help="CPUs per virtual SuperNode (Ray client resources)")
+    p.add_argument("--num-gpus", type=float, default=None,
+                   help="GPUs per virtual SuperNode (default: 1/K with CUDA, so the K clients share one GPU)")
+    p.add_argument("--list", action="store_true", help="print the runs and exit")
+    p.add_argument("--report-only", action="store_true", help="only rebuild tables and figures")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        configs = build_configs(args)
+    except (ConfigError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if args.list:
+        print("\n".join(c.default_run_name for c in configs))
+        return 0
+    if not args.report_only:
+        pending = [c for c in configs if not is_complete(c)]
+        print(f"ultrasound sweep '{args.grid}': {len(configs)} runs, {len(configs) - len(pending)} already done, "
+              f"{len(pending)} to run", flush=True)
+        if pending:
+            _run(pending, args)
+    md = write_report(args.results_dir)
+    print(md)
+    print(f"Tables and figures in {Path(args.results_dir).resolve() / 'ultrasound'}")
+    return 0
+
+
+def _run(pending: list[UltrasoundConfig], args: argparse.Namespace) -> None:
+    import torch
+
+    from flower_apps.runner import run_many_in_process
+
+    nodes = max(c.num_clients for c in pending)
+    num_gpus = args.num_gpus if args.num_gpus is not None else (1.0 / nodes if torch.cuda.is_available() else 0.0)
+    t0 = time.perf_counter()
+    done = [0]
+
+    def on_done(cfg: UltrasoundConfig, summary: dict) -> None:
+        done[0] += 1
+        el = time.perf_counter() - t0
+        eta = el / done[0] * (len(pending) - done[0])
+        print(f"[{done[0]}/{len(pending)}] {summary['run']}: acc {summary['test_accuracy']:.4f} "
+              f"({summary['wall_seconds']:.0f}s; sweep {el:.0f}s elapsed, ETA {eta:.0f}s)", flush=True)
+
+    run_many_in_process(pending, server_main, nodes, args.num_cpus, num_gpus, on_done=on_done)
+    missing = [c for c in pending if not is_complete(c)]
+    if missing:
+        raise RuntimeError(f"{len(missing)} runs did not finish, e.g. {missing[0].default_run_name}; rerun to resume")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,247 @@
+"""Client-side DP-SGD with Opacus: making timm models Opacus-compatible, wiring, accounting.
+
+Model fixing (:func:`make_opacus_compatible`) -- every change is returned as a
+:class:`ModelChange` so runs can report it:
+
+* timm's fused ``BatchNormAct2d`` (MobileNetV2, DenseNet-121, ...) subclasses
+  ``nn.BatchNorm2d`` but is *not* converted by ``ModuleValidator.fix``; ``make_private``
+  then raises ``NotImplementedError``. It is replaced deliberately by timm's
+  ``GroupNormAct`` carrying over the activation and drop layer (and the affine
+  weights), so the block computes norm -> drop -> act as before.
+* Remaining BatchNorm layers: ``ModuleValidator.fix`` (GroupNorm), diffed and reported.
+* timm ResNet blocks add the shortcut in place onto the last norm's output (``x += shortcut``),
+  which Opacus' backward hooks refuse ("a view ... is being modified inplace"); the
+  block's unused ``drop_path`` slot gets a clone so the add happens on a copy.
+* In-place activations are switched off (same reason).
+* timm's ``RelPosBias`` (CoAtNet) has trainable tables next to buffers, which Opacus
+  cannot compute per-sample gradients for: its tables are frozen (kept at their
+  initial / pretrained values) and reported.
+
+Accounting: an accountant only *records* (sigma, q, steps) events; epsilon comes from
+Google dp-accounting's RDP accountant on ``PoissonSampledDpEvent(q, GaussianDpEvent(sigma))``
+compositions. :func:`paper_sqrt_t_bound` reproduces the paper's basic-composition
+estimate for comparison only (it is not a valid DP-SGD bound under subsampling).
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import asdict, dataclass
+
+import dp_accounting
+import torch
+from torch import nn
+
+GRAD_SAMPLE_MODES = ("hooks", "functorch", "ew", "ghost")
+
+
+@dataclass(frozen=True)
+class ModelChange:
+    """One change made to a model for DP-SGD."""
+
+    module: str
+    old: str
+    new: str
+    reason: str
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+class _CloneOutput(nn.Module):
+    """Returns a copy of its input (so a following in-place add does not touch a hooked output)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.clone()
+
+
+def _group_count(channels: int, max_groups: int = 32) -> int:
+    return math.gcd(max_groups, channels)
+
+
+def replace_batchnorm_act(model: nn.Module, prefix: str = "") -> list[ModelChange]:
+    """Replace every timm ``BatchNormAct2d`` by ``GroupNormAct`` (same act/drop, affine weights copied)."""
+    from timm.layers import BatchNormAct2d, GroupNormAct
+
+    changes: list[ModelChange] = []
+    for name, child in list(model.named_children()):
+        path = f"{prefix}{name}"
+        if isinstance(child, BatchNormAct2d):
+            groups = _group_count(child.num_features)
+            new = GroupNormAct(child.num_features, num_groups=groups, eps=child.eps, affine=child.affine)
+            new.act, new.drop = child.act, child.drop
+            if child.affine:
+                with torch.no_grad():
+                    new.weight.copy_(child.weight)
+                    new.bias.copy_(child.bias)
+            setattr(model, name, new)
+            changes.append(ModelChange(path, "timm BatchNormAct2d", f"timm GroupNormAct({groups} groups, "
+                                       f"act {type(child.act).__name__})", "fused BN+act is not fixed by "
+                                       "ModuleValidator.fix; BatchNorm mixes samples"))
+        else:
+            changes += replace_batchnorm_act(child, f"{path}.")
+    return changes
+
+
+def make_opacus_compatible(model: nn.Module) -> tuple[nn.Module, list[ModelChange]]:
+    """Return (fixed model, changes); raises ValueError if Opacus still refuses the model."""
+    from opacus.validators import ModuleValidator
+
+    changes = replace_batchnorm_act(model)
+    before = {n: type(m).__name__ for n, m in model.named_modules()}
+    model = ModuleValidator.fix(model)
+    for n, m in model.named_modules():
+        if n in before and before[n] != type(m).__name__ and before[n].startswith(("BatchNorm", "SyncBatchNorm")):
+            changes.append(ModelChange(n, before[n], type(m).__name__, "ModuleValidator.fix: BatchNorm mixes samples"))
+    for n, m in model.named_modules():
+        kind = type(m).__name__
+        if kind in ("Bottleneck", "BasicBlock") and hasattr(m, "drop_path") and m.drop_path is None:
+            m.drop_path = _CloneOutput()
+            changes.append(ModelChange(n, f"{kind} (in-place residual add)", f"{kind} (add on a copy)",
+                                       "Opacus' backward hooks refuse in-place ops on hooked outputs"))
+        if kind == "RelPosBias":
+            frozen = [p for p in m.parameters() if p.requires_grad]
+            if frozen:
+                for p in frozen:
+                    p.requires_grad_(False)
+                changes.append(ModelChange(n, "RelPosBias (trainable)", "RelPosBias (frozen)",
+                                           "Opacus has no per-sample gradients for modules mixing "
+                                           "trainable tables and buffers"))
+    n_inplace = 0
+    for m in model.modules():
+        if getattr(m, "inplace", False) is True:
+            m.inplace = False
+            n_inplace += 1
+    if n_inplace:
+        changes.append(ModelChange("*", f"{n_inplace} in-place activations", "out-of-place",
+                                   "Opacus' backward hooks refuse in-place ops on hooked outputs"))
+    errors = ModuleValidator.validate(model, strict=False)
+    if errors:
+        raise ValueError(f"model is still not Opacus-compatible after fixing: {errors[:3]}")
+    return model, changes
+
+
+@dataclass
+class PrivateTraining:
+    """What :func:`make_private` returns: the wrapped model, DP optimizer, loader of index batches, criterion."""
+
+    model: nn.Module
+    optimizer: torch.optim.Optimizer
+    loader: torch.utils.data.DataLoader
+    criterion: nn.Module
+    sample_rate: float
+
+
+def make_private(model: nn.Module, optimizer: torch.optim.Optimizer, num_samples: int, batch_size: int, *,
+                 noise_multiplier: float, max_grad_norm: float, grad_sample_mode: str = "hooks",
+                 seed: int = 0, poisson_sampling: bool = True) -> PrivateTraining:
+    """Opacus' ``PrivacyEngine.make_private`` over a loader of *indices* 0..n-1.
+
+    The loader yields index batches (Poisson-sampled with rate q = batch_size / n when
+    ``poisson_sampling``), so the caller fetches and augments the images itself. Sampling
+    and noise use generators seeded from ``seed``; same seed, same batches and noise.
+    """
+    from opacus import PrivacyEngine
+
+    if max_grad_norm <= 0:
+        raise ValueError(f"max_grad_norm must be > 0, got {max_grad_norm}")
+    if noise_multiplier < 0:
+        raise ValueError(f"noise_multiplier must be >= 0, got {noise_multiplier}")
+    if noise_multiplier == 0:
+        warnings.warn("DP-SGD with noise_multiplier = 0: clipping only, epsilon is infinite", stacklevel=2)
+    if grad_sample_mode not in GRAD_SAMPLE_MODES:
+        raise ValueError(f"grad_sample_mode must be one of {GRAD_SAMPLE_MODES}, got {grad_sample_mode!r}")
+    if num_samples < 1:
+        raise ValueError(f"num_samples must be >= 1, got {num_samples}")
+    batch_size = min(batch_size, num_samples)
+    g_data = torch.Generator().manual_seed(seed)
+    device = next(model.parameters()).device
+    g_noise = torch.Generator(device=device).manual_seed(seed + 1)
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.arange(num_samples)),
+                                         batch_size=batch_size, shuffle=not poisson_sampling, generator=g_data)
+    criterion = nn.CrossEntropyLoss()
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*[Ss]ecure RNG.*")
+        warnings.filterwarnings("ignore", message=".*Full backward hook.*")
+        out = PrivacyEngine().make_private(
+            module=model, optimizer=optimizer, data_loader=loader, criterion=criterion,
+            noise_multiplier=noise_multiplier, max_grad_norm=max_grad_norm, poisson_sampling=poisson_sampling,
+            grad_sample_mode=grad_sample_mode, noise_generator=g_noise)
+    if grad_sample_mode == "ghost":
+        wrapped, opt, criterion, dl = out
+    else:
+        wrapped, opt, dl = out
+    # Opacus sets q = 1 / len(loader) = 1 / ceil(n / B) (not B / n) and 1 / q steps per epoch.
+    rate = float(getattr(dl, "sample_rate", 1.0 / len(loader)))
+    return PrivateTraining(wrapped, opt, dl, criterion, rate)
+
+
+def unwrap(model: nn.Module) -> nn.Module:
+    """The user's module inside an Opacus wrapper (state-dict keys without '_module.')."""
+    return getattr(model, "_module", model)
+
+
+# ----------------------------------------------------------------------------- accounting
+@dataclass(frozen=True)
+class DpSgdEvent:
+    """``steps`` Poisson-subsampled Gaussian steps with rate ``sample_rate`` and ``noise_multiplier``."""
+
+    noise_multiplier: float
+    sample_rate: float
+    steps: int
+
+
+class DpSgdLedger:
+    """Records a client's DP-SGD events; :func:`rdp_epsilon` computes from it."""
+
+    def __init__(self) -> None:
+        self.events: list[DpSgdEvent] = []
+
+    def record(self, noise_multiplier: float, sample_rate: float, steps: int) -> None:
+        if not 0 < sample_rate <= 1:
+            raise ValueError(f"sample_rate must be in (0, 1], got {sample_rate}")
+        if steps < 0:
+            raise ValueError(f"steps must be >= 0, got {steps}")
+        if steps:
+            self.events.append(DpSgdEvent(float(noise_multiplier), float(sample_rate), int(steps)))
+
+    @property
+    def total_steps(self) -> int:
+        return sum(e.steps for e in self.events)
+
+
+def dp_event(events: list[DpSgdEvent]) -> dp_accounting.DpEvent:
+    """The composed DpEvent of a ledger (events with the same (sigma, q) merged: composition is additive)."""
+    steps: dict[tuple[float, float], int] = {}
+    for e in events:
+        steps[(e.noise_multiplier, e.sample_rate)] = steps.get((e.noise_multiplier, e.sample_rate), 0) + e.steps
+    return dp_accounting.ComposedDpEvent([
+        dp_accounting.SelfComposedDpEvent(
+            dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(z)), t)
+        for (z, q), t in steps.items()])
+
+
+def rdp_epsilon(events: list[DpSgdEvent], delta: float) -> float:
+    """Epsilon at ``delta`` from dp-accounting's RDP accountant; inf if any step had no noise."""
+    if not 0 < delta < 1:
+        raise ValueError(f"delta must be in (0, 1), got {delta}")
+    if not events:
+        return 0.0
+    if any(e.noise_multiplier == 0 for e in events):
+        return math.inf
+    acc = dp_accounting.rdp.RdpAccountant()
+    acc.compose(dp_event(events))
+    return float(acc.get_epsilon(delta))
+
+
+def paper_sqrt_t_bound(noise_multiplier: float, steps: int, delta: float) -> float:
+    """The paper's basic-composition estimate: eps_step * sqrt(T) with the classic Gaussian-mechanism
+    eps_step = sqrt(2 ln(1.25 / delta)) / sigma, T = number of DP-SGD steps.
+
+    Reported beside the accountant's value for comparison with the paper only: it ignores
+    subsampling amplification and is not an (eps, delta) guarantee for T > 1.
+    """
+    if noise_multiplier <= 0:
+        return math.inf
+    return math.sqrt(steps) * math.sqrt(2 * math.log(1.25 / delta)) / noise_multiplier

@@ -1,0 +1,46 @@
+"""The sweep's grids (no training): run lists, presets and knobs, de-duplication."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from flower_apps.ultrasound.sweep import GRIDS, build_configs, main, parse_args
+
+
+def test_smoke_grid_covers_every_method_dp_and_an_ablation():
+    cfgs = build_configs(parse_args(["--grid", "smoke", "--results-dir", "/tmp/x"]))
+    assert Counter(c.method for c in cfgs) == {"fedavg": 3, "fedprox": 1, "fedadam": 1, "centralized": 1, "local": 1}
+    dp = sorted((c.max_grad_norm, c.noise_multiplier) for c in cfgs if c.dp_sgd)
+    assert dp == [(0.5, 2.0), (1.5, 2.0)]  # the DP point is also an ablation cell: run once
+    assert all(c.image_size == 32 and c.preset == "smoke" for c in cfgs)
+    assert len({c.default_run_name for c in cfgs}) == len(cfgs)
+
+
+def test_cpu_grid_size_and_knobs():
+    args = parse_args(["--grid", "cpu", "--tasks", "normal-vs-abnormal", "--partitions", "iid", "--seeds", "2",
+                       "--rounds", "3", "--no-ablation"])
+    cfgs = build_configs(args)
+    # per seed: 5 methods + 3 DP runs (FedAvg, FedProx, FedAdam at C = 1.5, z = 2)
+    assert len(cfgs) == 2 * 8
+    assert all(c.num_rounds == 3 and c.image_size == 64 and c.local_epochs == 2 for c in cfgs)
+    assert {c.algorithm for c in cfgs if c.dp_sgd} == {"fedavg", "fedprox", "fedadam"}
+    full = build_configs(parse_args(["--grid", "cpu", "--tasks", "normal-vs-abnormal", "--partitions", "non-iid",
+                                     "--seeds", "1"]))
+    assert sum(c.dp_sgd and c.method == "fedavg" for c in full) == len(GRIDS["cpu"].ablation_c) * len(
+        GRIDS["cpu"].ablation_z)
+
+
+def test_paper_grid_uses_the_paper_preset_and_all_backbones():
+    cfgs = build_configs(parse_args(["--grid", "paper", "--seeds", "1", "--no-ablation", "--no-dp"]))
+    assert {c.arch for c in cfgs} == set(GRIDS["paper"].archs)
+    assert all((c.image_size, c.num_rounds, c.local_epochs, c.num_clients) == (224, 100, 5, 8) for c in cfgs)
+    assert len(cfgs) == 3 * 2 * 7 * 5
+
+
+def test_cli_rejects_bad_knobs(capsys):
+    assert main(["--grid", "smoke", "--archs", "resnet18", "--list"]) == 2
+    assert "us-arch" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        parse_args(["--grid", "nope"])
