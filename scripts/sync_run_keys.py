@@ -42,7 +42,7 @@ def main() -> int:
     path = ROOT / "pyproject.toml"
     text = path.read_text()
     start = text.index("[tool.flwr.app.config]")
-    end = text.index("[tool.flwr.federations]")
+    end = text.index("\n# SuperLink connections") + 1
     new = text[:start] + render() + text[end:]
     if "--check" in sys.argv:
         return 0 if new == text else 1
