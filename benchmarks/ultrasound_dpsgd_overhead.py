@@ -71,9 +71,9 @@ def plain_step_fn(model: nn.Module, x: torch.Tensor, y: torch.Tensor):
     loss_fn = nn.CrossEntropyLoss()
 
     def step() -> None:
-        opt.zero_grad(set_to_none=True)
         loss_fn(model(x), y).backward()
         opt.step()
+        opt.zero_grad(set_to_none=True)
 
     return step
 
@@ -86,9 +86,9 @@ def dp_step_fn(model: nn.Module, x: torch.Tensor, y: torch.Tensor, mode: str):
                           grad_sample_mode=mode, poisson_sampling=False)
 
     def step() -> None:
-        pt.optimizer.zero_grad(set_to_none=True)
         pt.criterion(pt.model(x), y).backward()
         pt.optimizer.step()
+        pt.optimizer.zero_grad(set_to_none=True)  # frees the per-sample gradients before the next variant runs
 
     return step
 

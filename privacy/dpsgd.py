@@ -17,6 +17,15 @@ Model fixing (:func:`make_opacus_compatible`) -- every change is returned as a
   cannot compute per-sample gradients for: its tables are frozen (kept at their
   initial / pretrained values) and reported.
 
+Fast per-sample gradients (:func:`register_fast_grad_samplers`, done at import): Opacus' conv
+sampler forms the full (C_out x C_in k^2) product per sample and keeps its block diagonal, which
+for a depthwise conv (groups = C) is C times the work; ours contracts per group (depthwise: one
+grouped convolution of the inputs with the output gradients as kernels; 1x1: a batched matmul). timm's
+``GroupNormAct`` is not in Opacus' registry, so Opacus fell back to functorch for each of them;
+ours recomputes the normalization, maps the output gradient through the activation (vjp) and
+applies Opacus' GroupNorm formula. Both are checked against per-sample micro-batch gradients.
+Opacus' zero-filled copy of every per-sample gradient on every step is skipped for full batches.
+
 Accounting: an accountant only *records* (sigma, q, steps) events; epsilon comes from
 Google dp-accounting's RDP accountant on ``PoissonSampledDpEvent(q, GaussianDpEvent(sigma))``
 compositions. :func:`paper_sqrt_t_bound` reproduces the paper's basic-composition
@@ -31,6 +40,7 @@ from dataclasses import asdict, dataclass
 
 import dp_accounting
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 GRAD_SAMPLE_MODES = ("hooks", "functorch", "ew", "ghost")
@@ -120,6 +130,125 @@ def make_opacus_compatible(model: nn.Module) -> tuple[nn.Module, list[ModelChang
     if errors:
         raise ValueError(f"model is still not Opacus-compatible after fixing: {errors[:3]}")
     return model, changes
+
+
+def _conv2d_grad_sample(layer: nn.Conv2d, activations: list[torch.Tensor],
+                        backprops: torch.Tensor) -> dict[nn.Parameter, torch.Tensor]:
+    """Per-sample conv gradients contracted per group (grouped / depthwise convs, and 1x1 convs without
+    an unfold copy); Opacus' own sampler for anything else."""
+    from opacus.grad_sample.conv import compute_conv_grad_sample
+    from opacus.utils.tensor_utils import unfold2d
+
+    x = activations[0]
+    n, g = x.shape[0], layer.groups
+    pointwise = (layer.kernel_size == (1, 1) and layer.stride == (1, 1) and layer.padding in ((0, 0), "valid")
+                 and g == 1)
+    if n == 0 or not (pointwise or (g > 1 and not isinstance(layer.padding, str))):
+        return compute_conv_grad_sample(layer, activations, backprops)
+    x = x.to(backprops.dtype)
+    ret: dict[nn.Parameter, torch.Tensor] = {}
+    if layer.weight.requires_grad:
+        if g == layer.in_channels and not pointwise and backprops[0, 0].numel() >= 16:
+            # (tiny feature maps: oneDNN's grouped conv with n * C groups of 1x1 kernels is slow; matmul below)
+            ret[layer.weight] = _depthwise_grad_sample(layer, x, backprops)
+        else:
+            if pointwise:
+                cols = x.reshape(n, 1, layer.in_channels, -1)  # a 1x1 conv's unfold is the input itself
+            else:
+                cols = unfold2d(x, kernel_size=layer.kernel_size, padding=layer.padding, stride=layer.stride,
+                                dilation=layer.dilation)  # (n, C_in k^2, L)
+                cols = cols.view(n, g, -1, cols.shape[-1])
+            grad_out = backprops.reshape(n, g, -1, cols.shape[-1])
+            ret[layer.weight] = torch.matmul(grad_out, cols.transpose(-1, -2)).reshape(n, *layer.weight.shape)
+    if layer.bias is not None and layer.bias.requires_grad:
+        ret[layer.bias] = backprops.reshape(n, layer.out_channels, -1).sum(2)
+    return ret
+
+
+def _depthwise_grad_sample(layer: nn.Conv2d, x: torch.Tensor, grad_out: torch.Tensor) -> torch.Tensor:
+    """Depthwise conv: dW[b, o, 0, i, j] = sum_hw dY[b, o, h, w] X_pad[b, o // m, h s + i d, w s + j d], computed as
+    one grouped convolution of the padded inputs with the output gradients as kernels (dilation s, stride d)."""
+    n, c, h, w = x.shape
+    ph, pw = layer.padding
+    kh, kw = layer.kernel_size
+    x_pad = F.pad(x, (pw, pw, ph, ph)).reshape(1, n * c, h + 2 * ph, w + 2 * pw)
+    kernels = grad_out.reshape(n * layer.out_channels, 1, *grad_out.shape[2:])
+    out = F.conv2d(x_pad, kernels, groups=n * c, stride=layer.dilation, dilation=layer.stride)
+    return out[:, :, :kh, :kw].reshape(n, layer.out_channels, 1, kh, kw)
+
+
+def _act_grad(act: nn.Module, z: torch.Tensor, grad_y: torch.Tensor) -> torch.Tensor:
+    """dL/dz from dL/dy for y = act(z): closed forms for the common activations, vjp otherwise."""
+    if isinstance(act, nn.Identity):
+        return grad_y
+    if type(act) is nn.ReLU:
+        return grad_y * (z > 0)
+    if type(act) is nn.ReLU6:
+        return grad_y * ((z > 0) & (z < 6))
+    with torch.enable_grad():
+        _, vjp = torch.func.vjp(act, z.detach())
+        return vjp(grad_y)[0]
+
+
+def _group_norm_act_grad_sample(layer: nn.Module, activations: list[torch.Tensor],
+                                backprops: torch.Tensor) -> dict[nn.Parameter, torch.Tensor]:
+    """timm GroupNormAct: y = act(GN(x)); dL/dGN through the activation, then Opacus' GroupNorm formula."""
+    if not isinstance(layer.drop, nn.Identity):
+        raise NotImplementedError(f"GroupNormAct with drop layer {type(layer.drop).__name__} has no fast sampler")
+    x = activations[0].to(backprops.dtype)
+    n, c = x.shape[:2]
+    x_hat = F.group_norm(x, layer.num_groups, None, None, layer.eps).reshape(n, c, -1)
+    grad_y = backprops.reshape(n, c, -1)
+    if isinstance(layer.act, nn.Identity):
+        grad_z = grad_y
+    else:
+        w = layer.weight.detach().view(1, c, 1) if layer.weight is not None else torch.ones(1, c, 1, dtype=x.dtype)
+        b = layer.bias.detach().view(1, c, 1) if layer.bias is not None else torch.zeros(1, c, 1, dtype=x.dtype)
+        grad_z = _act_grad(layer.act, torch.addcmul(b, x_hat, w), grad_y)
+    ret: dict[nn.Parameter, torch.Tensor] = {}
+    if layer.weight is not None and layer.weight.requires_grad:
+        ret[layer.weight] = torch.einsum("ncl,ncl->nc", x_hat, grad_z)
+    if layer.bias is not None and layer.bias.requires_grad:
+        ret[layer.bias] = grad_z.sum(2)
+    return ret
+
+
+def _store_grad_sample(*, param: torch.Tensor, grad_sample: torch.Tensor, max_batch_len: int) -> None:
+    """Opacus' ``create_or_accumulate_grad_sample`` without its zero-filled copy for a full batch.
+
+    Opacus allocates a zeroed (max_batch_len, *shape) buffer per parameter and copies the
+    per-sample gradients into it on every step; when the batch is full the gradients can be
+    kept as they are (a parameter used twice in one forward accumulates out of place).
+    """
+    if not param.requires_grad:
+        return
+    if hasattr(param, "_current_grad_sample"):
+        cur = param._current_grad_sample
+        n = grad_sample.shape[0]
+        param._current_grad_sample = torch.cat([cur[:n] + grad_sample, cur[n:]]) if n < len(cur) else cur + grad_sample
+    elif grad_sample.shape[0] == max_batch_len:
+        param._current_grad_sample = grad_sample
+    else:
+        buf = grad_sample.new_zeros(torch.Size([max_batch_len]) + grad_sample.shape[1:])
+        buf[: grad_sample.shape[0]] = grad_sample
+        param._current_grad_sample = buf
+
+
+def register_fast_grad_samplers() -> None:
+    """Put the samplers above into Opacus' registry (hooks mode): Conv2d (grouped) and timm's GroupNormAct,
+    and the copy-free per-sample gradient store into both grad-sample modules."""
+    import opacus.grad_sample.grad_sample_module as gsm
+    import opacus.grad_sample.grad_sample_module_fast_gradient_clipping as gsm_fast
+    from opacus.grad_sample import GradSampleModule
+    from timm.layers import GroupNormAct
+
+    GradSampleModule.GRAD_SAMPLERS[nn.Conv2d] = _conv2d_grad_sample
+    GradSampleModule.GRAD_SAMPLERS[GroupNormAct] = _group_norm_act_grad_sample
+    gsm.create_or_accumulate_grad_sample = _store_grad_sample
+    gsm_fast.create_or_accumulate_grad_sample = _store_grad_sample
+
+
+register_fast_grad_samplers()
 
 
 @dataclass

@@ -80,6 +80,21 @@ class UltrasoundConfig:
     def from_json(cls, text: str) -> "UltrasoundConfig":
         return cls(**json.loads(text))
 
+    def effective(self) -> dict:
+        """The fields that can change this run's results (for resume hashing): DP knobs only with DP-SGD,
+        mu only for FedProx, the server optimizer only for FedAdam; output locations never."""
+        d = asdict(self)
+        for k in ("results_dir", "run_name"):
+            d.pop(k)
+        if not self.dp_sgd:
+            for k in ("noise_multiplier", "max_grad_norm", "delta", "grad_sample_mode"):
+                d[k] = None
+        if self.method != "fedprox":
+            d["proximal_mu"] = None
+        if self.method != "fedadam":
+            d["server_lr"] = d["beta1"] = d["beta2"] = None
+        return d
+
     @property
     def dp_label(self) -> str:
         return f"dp-C{self.max_grad_norm:g}-z{self.noise_multiplier:g}" if self.dp_sgd else "nodp"

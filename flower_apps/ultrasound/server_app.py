@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import time
 from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
+import torch
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
 from flwr.serverapp import Grid
 
@@ -46,7 +48,7 @@ def is_complete(cfg: UltrasoundConfig) -> bool:
     """True when this exact config already has a summary (sweeps resume)."""
     p = run_dir(cfg) / "summary.json"
     try:
-        return p.is_file() and read_json(p).get("config_hash") == config_hash(asdict(cfg))
+        return p.is_file() and read_json(p).get("config_hash") == config_hash(cfg.effective())
     except (OSError, ValueError):
         return False
 
@@ -115,7 +117,7 @@ def server_main(grid: Grid, cfg: UltrasoundConfig) -> dict:
         res = _local_only(grid, cfg, initial, data)
     rounds, per_client, final, ledgers, timing = res
     summary = {
-        "config_hash": config_hash(asdict(cfg)), "run": out.name, "method": cfg.method, "mode": cfg.mode,
+        "config_hash": config_hash(cfg.effective()), "run": out.name, "method": cfg.method, "mode": cfg.mode,
         "algorithm": cfg.algorithm if cfg.mode == "federated" else None, "arch": cfg.arch,
         "paper_name": info["paper_name"], "weights": info["weights"], "pretrained_loaded": info["pretrained_loaded"],
         "dp_model_changes": len(info["dp_model_changes"]), "task": cfg.task, "class_names": list(data.class_names),
@@ -216,10 +218,17 @@ def _centralized(cfg: UltrasoundConfig, model, data: UltrasoundData, device):
         last["t"] = time.perf_counter()
 
     dp = DpSettings(cfg.noise_multiplier, cfg.max_grad_norm, cfg.grad_sample_mode) if cfg.dp_sgd else None
-    stats = train_local(model, data.x["train"], data.y["train"], epochs=cfg.num_rounds * e, batch_size=cfg.batch_size,
-                        lr_for_epoch=lambda ep: lr_at_round(cfg.lr, -(-ep // e), cfg.num_rounds), device=device,
-                        seed=client_seed(cfg.seed, 0, 10**6), dp=dp, owners=data.train_owners(),
-                        profiles=data.profiles, on_epoch_end=on_epoch_end)
+    threads = torch.get_num_threads()
+    if device.type == "cpu":  # the ServerApp shares the CPUs with Ray; all of them oversubscribe (slow spin-waits)
+        torch.set_num_threads(max(1, min(threads, (os.cpu_count() or 2) // 2)))
+    try:
+        stats = train_local(model, data.x["train"], data.y["train"], epochs=cfg.num_rounds * e,
+                            batch_size=cfg.batch_size, lr_for_epoch=lambda ep: lr_at_round(cfg.lr, -(-ep // e),
+                                                                                            cfg.num_rounds),
+                            device=device, seed=client_seed(cfg.seed, 0, 10**6), dp=dp, owners=data.train_owners(),
+                            profiles=data.profiles, on_epoch_end=on_epoch_end)
+    finally:
+        torch.set_num_threads(threads)
     final = evaluate(model, data.x["test"], data.y["test"], device)
     ledger = DpSgdLedger()
     if dp is not None:

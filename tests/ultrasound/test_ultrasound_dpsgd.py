@@ -17,6 +17,8 @@ from flower_apps.ultrasound.train import DpSettings, lr_at_round, proximal_term,
 from privacy.dpsgd import make_opacus_compatible, make_private, unwrap
 
 torch.set_num_threads(1)
+# Opacus hooks the first layer, whose input needs no gradient: PyTorch's notice about it is expected.
+pytestmark = pytest.mark.filterwarnings("ignore:Full backward hook is firing")
 
 
 def tiny_model(seed: int = 0) -> nn.Module:
@@ -109,7 +111,7 @@ def test_fedprox_term_hand_computation():
     v = torch.tensor([[3.0]], requires_grad=True)
     anchor = [torch.tensor([0.0, 1.0]), torch.tensor([[1.0]])]
     term = proximal_term([w, v], anchor)
-    assert float(term) == pytest.approx(1 + 1 + 4)  # (1-0)^2 + (2-1)^2 + (3-1)^2
+    assert float(term.detach()) == pytest.approx(1 + 1 + 4)  # (1-0)^2 + (2-1)^2 + (3-1)^2
     mu = 0.3
     (mu / 2 * term).backward()
     torch.testing.assert_close(w.grad, torch.tensor([0.3, 0.3]))  # mu (w - w_t)
@@ -148,7 +150,7 @@ def test_fedprox_pulls_towards_the_global_model():
         m = copy.deepcopy(start)
         train_local(m, x, y, epochs=4, batch_size=4, lr_for_epoch=lambda e: 0.05, device=torch.device("cpu"),
                     seed=1, proximal_mu=mu)
-        dist[mu] = float(proximal_term(list(m.parameters()), [p.detach() for p in start.parameters()]))
+        dist[mu] = float(proximal_term(list(m.parameters()), [p.detach() for p in start.parameters()]).detach())
     assert dist[50.0] < 0.5 * dist[0.0]
 
 
@@ -199,3 +201,42 @@ def test_resnet_inplace_residual_is_made_out_of_place():
         pt.criterion(pt.model(x), y).backward()  # raised "a view ... modified inplace" before the fix
         pt.optimizer.step()
     assert all(p.grad is not None for p in fixed.parameters() if p.requires_grad)
+
+
+@pytest.mark.parametrize("act", ["relu6", "relu", "silu", "none"])
+def test_fast_grad_samplers_match_micro_batch_gradients(act):
+    """privacy.dpsgd's depthwise / grouped / pointwise conv and GroupNormAct samplers vs one backward per sample."""
+    from opacus.grad_sample import GradSampleModule
+
+    import privacy.dpsgd as dpsgd
+
+    assert GradSampleModule.GRAD_SAMPLERS[nn.Conv2d] is dpsgd._conv2d_grad_sample  # registered at import
+    assert GradSampleModule.GRAD_SAMPLERS[GroupNormAct] is dpsgd._group_norm_act_grad_sample
+    acts = {"relu6": nn.ReLU6, "relu": nn.ReLU, "silu": nn.SiLU, "none": None}
+    norm = lambda c, g: GroupNormAct(c, num_groups=g, act_layer=acts[act], apply_act=acts[act] is not None,  # noqa: E731
+                                     inplace=False)
+    torch.manual_seed(0)
+    model = nn.Sequential(
+        nn.Conv2d(3, 6, 3, stride=2, padding=1),  # dense 3x3: Opacus' own sampler
+        norm(6, 3),
+        nn.Conv2d(6, 6, 3, padding=1, groups=6, bias=False),  # depthwise
+        norm(6, 2),
+        nn.Conv2d(6, 12, 3, stride=2, padding=1, groups=3),  # grouped, strided
+        nn.Conv2d(12, 4, 1),  # pointwise
+        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(4, 3))
+    with torch.no_grad():  # non-trivial affine weights so that the activation's mask matters
+        for m in model.modules():
+            if isinstance(m, GroupNormAct):
+                m.weight.uniform_(0.5, 2.0)
+                m.bias.uniform_(-0.5, 0.5)
+    x, y = torch.randn(5, 3, 12, 12), torch.randint(0, 3, (5,))
+    ref = []
+    for i in range(5):
+        model.zero_grad()
+        nn.functional.cross_entropy(model(x[i : i + 1]), y[i : i + 1]).backward()
+        ref.append([p.grad.clone() for p in model.parameters()])
+    gsm = GradSampleModule(copy.deepcopy(model), loss_reduction="sum")
+    nn.functional.cross_entropy(gsm(x), y, reduction="sum").backward()
+    for j, p in enumerate(gsm._module.parameters()):
+        expected = torch.stack([r[j] for r in ref])
+        torch.testing.assert_close(p.grad_sample, expected, rtol=1e-4, atol=1e-5)

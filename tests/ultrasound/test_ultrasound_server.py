@@ -64,6 +64,11 @@ def test_fedprox_centralized_local_and_the_report(tmp_path, fake_grid_cls):
     grid = grid_for(fake_grid_cls)
     prox = server_main(grid, cfg_of(tmp_path, **{"us-algorithm": "fedprox", "us-partition": "iid"}))
     assert prox["proximal_mu"] == pytest.approx(0.01) and prox["communication"] is not None
+    # resume: DP knobs cannot change a non-DP run, mu can change a FedProx run
+    assert is_complete(cfg_of(tmp_path, **{"us-algorithm": "fedprox", "us-partition": "iid",
+                                           "us-noise-multiplier": 3.0}))
+    assert not is_complete(cfg_of(tmp_path, **{"us-algorithm": "fedprox", "us-partition": "iid",
+                                               "us-proximal-mu": 0.1}))
     cen = server_main(grid, cfg_of(tmp_path, **{"us-mode": "centralized", "us-partition": "iid"}))
     assert cen["communication"] is None and len(cen["acc_curve"]) == 2 and len(cen["per_client"]) == 2
     loc = server_main(grid, cfg_of(tmp_path, **{"us-mode": "local", "us-partition": "iid"}))
