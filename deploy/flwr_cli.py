@@ -52,8 +52,19 @@ def executable(name: str) -> str:
 
 
 def flower_env(flwr_home: str | Path, extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    """os.environ + QUIET_ENV + FLWR_HOME (+ ``extra``)."""
-    return {**os.environ, **QUIET_ENV, "FLWR_HOME": str(flwr_home), **(extra or {})}
+    """os.environ + QUIET_ENV + FLWR_HOME (+ ``extra``), with this Python's bin directory first on PATH.
+
+    Flower's processes start their children by bare name (the SuperLink and the SuperNode spawn
+    ``flower-superexec``, the SuperExec spawns ``flwr-serverapp``/``flwr-clientapp``), so an
+    environment that was not activated (``.venv/bin/python -m pytest``) would make them fail with
+    ``FileNotFoundError: 'flower-superexec'`` long after start.
+    """
+    env = {**os.environ, **QUIET_ENV, "FLWR_HOME": str(flwr_home), **(extra or {})}
+    bindir = str(Path(sys.executable).parent)
+    path = env.get("PATH", "")
+    if bindir not in path.split(os.pathsep):
+        env["PATH"] = os.pathsep.join([bindir, path]) if path else bindir
+    return env
 
 
 def write_connection(flwr_home: str | Path, name: str, address: str, root_certificates: str | Path | None = None,

@@ -5,4 +5,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 export FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION=1
+export PATH="$PWD/.venv/bin:$PATH"
 exec .venv/bin/python -m flower_apps.dfl_dp.sweep --grid demo --results-dir "${RESULTS_DIR:-results}" "$@"

@@ -137,3 +137,16 @@ def test_gen_certs_script_writes_the_compose_layout(tmp_path):
     again = subprocess.run(["bash", str(REPO / "docker" / "gen_certs.sh")], cwd=tmp_path, env=env,
                            capture_output=True, text=True, timeout=120)
     assert again.returncode != 0 and "already holds a CA" in again.stderr  # never silently replaced
+
+
+def test_flower_env_puts_this_pythons_bin_first_on_path(monkeypatch, tmp_path):
+    """Flower spawns flower-superexec / flwr-serverapp by bare name: an unactivated venv must still work."""
+    import sys
+
+    from deploy import flwr_cli
+
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    env = flwr_cli.flower_env(tmp_path)
+    assert env["PATH"].split(os.pathsep)[0] == str(Path(sys.executable).parent)
+    assert env["FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION"] == "1"
+    assert flwr_cli.flower_env(tmp_path, {"PATH": env["PATH"]})["PATH"] == env["PATH"]  # not added twice
