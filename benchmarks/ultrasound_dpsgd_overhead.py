@@ -11,14 +11,13 @@ per-sample gradients from hooks; "functorch": vmap'd per-sample gradients; "ew":
 expanded weights; "ghost": ghost clipping, which never materializes per-sample gradients).
 A step = forward, backward, (clip + noise), Adam update on a batch of 32. Variants are timed
 round-robin and, on CPU, by process CPU time, so the ratios hold on a loaded shared machine.
-Prints median seconds per step and ratios; the issue's target is <= 2.5x for MobileNetV2 on CPU.
+Prints seconds per step (minimum over repetitions) and ratios; the issue's target is <= 2.5x for MobileNetV2 on CPU.
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
-import statistics
 import sys
 import time
 import warnings
@@ -30,10 +29,11 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from flower_apps.ultrasound.models import ARCHS  # noqa: E402
-from privacy.dpsgd import make_opacus_compatible, make_private  # noqa: E402
+from privacy.dpsgd import (ghost_clipping_backward, make_opacus_compatible, make_private,  # noqa: E402
+                           unregister_fast_grad_samplers)
 
 DEFAULT_ARCHS = ("mobilenetv2_100", "resnet50", "vit_small_patch16_224")
-DEFAULT_MODES = ("hooks", "functorch", "ew", "ghost")
+DEFAULT_MODES = ("hooks", "functorch", "ew", "ghost", "ghost-opacus")
 
 
 def build(arch: str, size: int, classes: int = 2) -> nn.Module:
@@ -44,11 +44,11 @@ def build(arch: str, size: int, classes: int = 2) -> nn.Module:
     return timm.create_model(arch, num_classes=classes, **kw)
 
 
-def interleaved_medians(steps: dict[str, object], warmup: int, reps: int, device: torch.device,
+def interleaved_min_times(steps: dict[str, object], warmup: int, reps: int, device: torch.device,
                         clock: str) -> dict[str, float]:
-    """Median seconds per step of every variant, measured round-robin (rep 1 of each, rep 2 of each, ...)
-    so that a change in machine load hits all variants alike. ``clock='cpu'`` counts this process's CPU
-    time (robust on a shared machine), ``'wall'`` wall time (with CUDA synchronization)."""
+    """Seconds per step of every variant: the minimum over ``reps`` (noise on a shared machine only adds
+    time), measured round-robin (rep 1 of each, rep 2 of each, ...) so that a change in load hits all
+    variants alike. ``clock='cpu'`` counts this process's CPU time, ``'wall'`` wall time (CUDA synced)."""
     tick = time.process_time if clock == "cpu" else time.perf_counter
     for step in steps.values():
         for _ in range(warmup):
@@ -63,7 +63,7 @@ def interleaved_medians(steps: dict[str, object], warmup: int, reps: int, device
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
             times[name].append(tick() - t)
-    return {k: statistics.median(v) for k, v in times.items()}
+    return {k: min(v) for k, v in times.items()}
 
 
 def plain_step_fn(model: nn.Module, x: torch.Tensor, y: torch.Tensor):
@@ -79,14 +79,20 @@ def plain_step_fn(model: nn.Module, x: torch.Tensor, y: torch.Tensor):
 
 
 def dp_step_fn(model: nn.Module, x: torch.Tensor, y: torch.Tensor, mode: str):
+    """One DP-SGD step as the study takes it (flower_apps/ultrasound/train.py); 'ghost-opacus' uses
+    Opacus' own loss wrapper for ghost clipping instead of privacy.dpsgd.ghost_clipping_backward."""
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         pt = make_private(model, opt, len(y), len(y), noise_multiplier=1.0, max_grad_norm=1.0,
-                          grad_sample_mode=mode, poisson_sampling=False)
+                          grad_sample_mode=mode.replace("-opacus", ""), poisson_sampling=False)
 
     def step() -> None:
-        pt.criterion(pt.model(x), y).backward()
+        if mode == "ghost":
+            xi = x.detach().requires_grad_(True)
+            ghost_clipping_backward(pt.model, nn.functional.cross_entropy(pt.model(xi), y, reduction="none"), xi)
+        else:
+            pt.criterion(pt.model(x), y).backward()
         pt.optimizer.step()
         pt.optimizer.zero_grad(set_to_none=True)  # frees the per-sample gradients before the next variant runs
 
@@ -104,15 +110,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (1 avoids oversubscription)")
     p.add_argument("--device", default="cpu")
     p.add_argument("--clock", choices=["cpu", "wall"], help="default: cpu time on CPU, wall time on CUDA")
+    p.add_argument("--stock-opacus", action="store_true",
+                   help="use Opacus' own samplers (undo privacy.dpsgd.register_fast_grad_samplers) for comparison")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
+    if args.stock_opacus:
+        unregister_fast_grad_samplers()
     device = torch.device(args.device)
     g = torch.Generator().manual_seed(0)
     x = torch.randn(args.batch_size, 3, args.image_size, args.image_size, generator=g).to(device)
     y = torch.randint(0, 2, (args.batch_size,), generator=g).to(device)
     clock = args.clock or ("wall" if device.type == "cuda" else "cpu")
-    print(f"DP-SGD overhead: {args.image_size}px, batch {args.batch_size}, {device}, {args.threads} thread(s), "
-          f"{clock} clock, median of {args.reps} interleaved steps after {args.warmup} warm-up")
+    print(f"DP-SGD overhead{' (STOCK Opacus samplers)' if args.stock_opacus else ''}: {args.image_size}px, batch {args.batch_size}, {device}, {args.threads} thread(s), "
+          f"{clock} clock, min of {args.reps} interleaved steps after {args.warmup} warm-up")
     print(f"{'arch':24s} {'variant':28s} {'s/step':>9s} {'vs non-private':>15s}")
     for arch in args.archs:
         steps: dict[str, object] = {"non-private (as built)": plain_step_fn(build(arch, args.image_size).to(device)
@@ -128,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
                 steps.pop(f"DP-SGD {mode}")
                 print(f"{arch:24s} {'DP-SGD ' + mode:28s} {'n/a':>9s}   ({type(exc).__name__}: {str(exc)[:60]})",
                       flush=True)
-        med = interleaved_medians(steps, args.warmup, args.reps, device, clock)
+        med = interleaved_min_times(steps, args.warmup, args.reps, device, clock)
         base = med["non-private (as built)"]
         for name, t in med.items():
             print(f"{arch:24s} {name:28s} {t:9.4f} {t / base:14.2f}x", flush=True)

@@ -13,6 +13,8 @@ Model fixing (:func:`make_opacus_compatible`) -- every change is returned as a
   which Opacus' backward hooks refuse ("a view ... is being modified inplace"); the
   block's unused ``drop_path`` slot gets a clone so the add happens on a copy.
 * In-place activations are switched off (same reason).
+* timm's ViT keeps ``cls_token`` / ``pos_embed`` on the model itself, so Opacus re-runs the whole
+  network per sample (functorch) for them; they move into a leaf module (values kept) with a sampler.
 * timm's ``RelPosBias`` (CoAtNet) has trainable tables next to buffers, which Opacus
   cannot compute per-sample gradients for: its tables are frozen (kept at their
   initial / pretrained values) and reported.
@@ -23,8 +25,10 @@ for a depthwise conv (groups = C) is C times the work; ours contracts per group 
 grouped convolution of the inputs with the output gradients as kernels; 1x1: a batched matmul). timm's
 ``GroupNormAct`` is not in Opacus' registry, so Opacus fell back to functorch for each of them;
 ours recomputes the normalization, maps the output gradient through the activation (vjp) and
-applies Opacus' GroupNorm formula. Both are checked against per-sample micro-batch gradients.
-Opacus' zero-filled copy of every per-sample gradient on every step is skipped for full batches.
+applies Opacus' GroupNorm formula. Ghost clipping gets per-sample *norm* samplers for both (convs in
+Gram form where that is cheaper), and :func:`ghost_clipping_backward` skips the parameter gradients
+of the first pass. Opacus' zero-filled copy of every per-sample gradient is skipped for full batches.
+All are checked against per-sample micro-batch gradients (tests/ultrasound/test_ultrasound_dpsgd.py).
 
 Accounting: an accountant only *records* (sigma, q, steps) events; epsilon comes from
 Google dp-accounting's RDP accountant on ``PoissonSampledDpEvent(q, GaussianDpEvent(sigma))``
@@ -41,6 +45,7 @@ from dataclasses import asdict, dataclass
 import dp_accounting
 import torch
 import torch.nn.functional as F
+from timm.models.vision_transformer import VisionTransformer
 from torch import nn
 
 GRAD_SAMPLE_MODES = ("hooks", "functorch", "ew", "ghost")
@@ -94,11 +99,51 @@ def replace_batchnorm_act(model: nn.Module, prefix: str = "") -> list[ModelChang
     return changes
 
 
+class PrefixTokenPosEmbed(nn.Module):
+    """A ViT's class token and learned position embedding as a leaf module.
+
+    timm keeps them as parameters of the model itself; Opacus then falls back to functorch for the
+    *root* module, i.e. re-runs the whole network per sample (8x the step time at 32 px). As a leaf,
+    their per-sample gradients are slices of the output gradient (:func:`_token_embed_grad_sample`).
+    Computes cat([cls, x], 1) + pos_embed, timm's default (class token inside the position table).
+    """
+
+    def __init__(self, cls_token: nn.Parameter, pos_embed: nn.Parameter) -> None:
+        super().__init__()
+        self.cls_token = cls_token
+        self.pos_embed = pos_embed
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1) + self.pos_embed
+
+
+class DpVisionTransformer(VisionTransformer):
+    """timm's VisionTransformer whose class token and position embedding live in ``token_embed``."""
+
+    def _pos_embed(self, x: torch.Tensor) -> torch.Tensor:
+        return self.pos_drop(self.token_embed(x.view(x.shape[0], -1, x.shape[-1])))
+
+
+def _move_vit_tokens(model: nn.Module) -> list[ModelChange]:
+    """Move a timm ViT's cls_token / pos_embed into a :class:`PrefixTokenPosEmbed` child (values kept)."""
+    if type(model) is not VisionTransformer or model.cls_token is None or model.pos_embed is None:
+        return []
+    if model.reg_token is not None or model.no_embed_class or model.dynamic_img_size:
+        return []  # other token layouts: left to Opacus' functorch fallback
+    cls_token, pos_embed = model.cls_token, model.pos_embed
+    del model.cls_token, model.pos_embed
+    model.cls_token = model.pos_embed = None
+    model.token_embed = PrefixTokenPosEmbed(cls_token, pos_embed)
+    model.__class__ = DpVisionTransformer  # same module, its _pos_embed reads token_embed
+    return [ModelChange("cls_token, pos_embed", "parameters of the ViT itself", "token_embed (PrefixTokenPosEmbed)",
+                        "Opacus would recompute the whole network per sample for parameters of the root module")]
+
+
 def make_opacus_compatible(model: nn.Module) -> tuple[nn.Module, list[ModelChange]]:
     """Return (fixed model, changes); raises ValueError if Opacus still refuses the model."""
     from opacus.validators import ModuleValidator
 
-    changes = replace_batchnorm_act(model)
+    changes = replace_batchnorm_act(model) + _move_vit_tokens(model)
     before = {n: type(m).__name__ for n, m in model.named_modules()}
     model = ModuleValidator.fix(model)
     for n, m in model.named_modules():
@@ -126,7 +171,7 @@ def make_opacus_compatible(model: nn.Module) -> tuple[nn.Module, list[ModelChang
     if n_inplace:
         changes.append(ModelChange("*", f"{n_inplace} in-place activations", "out-of-place",
                                    "Opacus' backward hooks refuse in-place ops on hooked outputs"))
-    errors = ModuleValidator.validate(model, strict=False)
+    errors = ModuleValidator.validate(model.train(), strict=False)  # Opacus validates in training mode
     if errors:
         raise ValueError(f"model is still not Opacus-compatible after fixing: {errors[:3]}")
     return model, changes
@@ -202,8 +247,9 @@ def _group_norm_act_grad_sample(layer: nn.Module, activations: list[torch.Tensor
     if isinstance(layer.act, nn.Identity):
         grad_z = grad_y
     else:
-        w = layer.weight.detach().view(1, c, 1) if layer.weight is not None else torch.ones(1, c, 1, dtype=x.dtype)
-        b = layer.bias.detach().view(1, c, 1) if layer.bias is not None else torch.zeros(1, c, 1, dtype=x.dtype)
+        ones = torch.ones(1, c, 1, dtype=x.dtype, device=x.device)
+        w = layer.weight.detach().view(1, c, 1) if layer.weight is not None else ones
+        b = layer.bias.detach().view(1, c, 1) if layer.bias is not None else ones * 0
         grad_z = _act_grad(layer.act, torch.addcmul(b, x_hat, w), grad_y)
     ret: dict[nn.Parameter, torch.Tensor] = {}
     if layer.weight is not None and layer.weight.requires_grad:
@@ -234,16 +280,105 @@ def _store_grad_sample(*, param: torch.Tensor, grad_sample: torch.Tensor, max_ba
         param._current_grad_sample = buf
 
 
-def register_fast_grad_samplers() -> None:
-    """Put the samplers above into Opacus' registry (hooks mode): Conv2d (grouped) and timm's GroupNormAct,
-    and the copy-free per-sample gradient store into both grad-sample modules."""
+def _conv2d_norm_sample(layer: nn.Conv2d, activations: list[torch.Tensor],
+                        backprops: torch.Tensor) -> dict[nn.Parameter, torch.Tensor]:
+    """Ghost clipping for convs: per-sample gradient norms without materializing the gradients where that is
+    cheaper (Gram form ||sum_l g_l a_l^T||^2 = sum_{l,m} (g_l . g_m)(a_l . a_m), cost L^2 (o + p) instead of
+    L o p -- the late, small-feature-map layers that hold most parameters); per-sample gradients otherwise."""
+    x = activations[0]
+    n = x.shape[0]
+    length = backprops[0, 0].numel()
+    o, p = layer.out_channels, layer.in_channels * layer.kernel_size[0] * layer.kernel_size[1]
+    if layer.groups != 1 or n == 0 or isinstance(layer.padding, str) or length * (o + p) >= o * p:
+        return {q: g.reshape(n, -1).norm(2, dim=1) for q, g in _conv2d_grad_sample(layer, activations,
+                                                                                    backprops).items()}
+    from opacus.utils.tensor_utils import unfold2d
+
+    x = x.to(backprops.dtype)
+    if layer.kernel_size == (1, 1) and layer.stride == (1, 1) and layer.padding in ((0, 0), "valid"):
+        cols = x.reshape(n, layer.in_channels, -1)
+    else:
+        cols = unfold2d(x, kernel_size=layer.kernel_size, padding=layer.padding, stride=layer.stride,
+                        dilation=layer.dilation)
+    grad_out = backprops.reshape(n, o, -1)
+    ret: dict[nn.Parameter, torch.Tensor] = {}
+    if layer.weight.requires_grad:
+        ggt = torch.bmm(grad_out.transpose(1, 2), grad_out)  # (n, L, L)
+        aat = torch.bmm(cols.transpose(1, 2), cols)
+        ret[layer.weight] = (ggt * aat).flatten(1).sum(1).clamp(min=0).sqrt()
+    if layer.bias is not None and layer.bias.requires_grad:
+        ret[layer.bias] = grad_out.sum(2).norm(2, dim=1)
+    return ret
+
+
+def _token_embed_grad_sample(layer: PrefixTokenPosEmbed, activations: list[torch.Tensor],
+                             backprops: torch.Tensor) -> dict[nn.Parameter, torch.Tensor]:
+    """y = cat([cls, x]) + pos: dL/dpos per sample is the output gradient, dL/dcls its first token."""
+    ret: dict[nn.Parameter, torch.Tensor] = {}
+    if layer.pos_embed.requires_grad:
+        ret[layer.pos_embed] = backprops.unsqueeze(1)
+    if layer.cls_token.requires_grad:
+        ret[layer.cls_token] = backprops[:, None, :1, :]
+    return ret
+
+
+def _token_embed_norm_sample(layer: PrefixTokenPosEmbed, activations: list[torch.Tensor],
+                             backprops: torch.Tensor) -> dict[nn.Parameter, torch.Tensor]:
+    n = backprops.shape[0]
+    return {q: g.reshape(n, -1).norm(2, dim=1)
+            for q, g in _token_embed_grad_sample(layer, activations, backprops).items()}
+
+
+def _group_norm_act_norm_sample(layer: nn.Module, activations: list[torch.Tensor],
+                                backprops: torch.Tensor) -> dict[nn.Parameter, torch.Tensor]:
+    """Ghost clipping for GroupNormAct: its per-sample gradients are small (2 C per sample); their norms."""
+    n = activations[0].shape[0]
+    return {q: g.reshape(n, -1).norm(2, dim=1)
+            for q, g in _group_norm_act_grad_sample(layer, activations, backprops).items()}
+
+
+_OPACUS_DEFAULTS: dict = {}
+
+
+def _opacus_slots() -> list[tuple[object, object]]:
     import opacus.grad_sample.grad_sample_module as gsm
     import opacus.grad_sample.grad_sample_module_fast_gradient_clipping as gsm_fast
     from opacus.grad_sample import GradSampleModule
     from timm.layers import GroupNormAct
 
+    fast = gsm_fast.GradSampleModuleFastGradientClipping
+    return [(GradSampleModule.GRAD_SAMPLERS, nn.Conv2d), (GradSampleModule.GRAD_SAMPLERS, GroupNormAct),
+            (GradSampleModule.GRAD_SAMPLERS, PrefixTokenPosEmbed),
+            (fast.NORM_SAMPLERS, nn.Conv2d), (fast.NORM_SAMPLERS, GroupNormAct), (fast.NORM_SAMPLERS, PrefixTokenPosEmbed),
+            (gsm.__dict__, "create_or_accumulate_grad_sample"), (gsm_fast.__dict__, "create_or_accumulate_grad_sample")]
+
+
+def unregister_fast_grad_samplers() -> None:
+    """Restore Opacus' own samplers (benchmarks compare against them)."""
+    for (table, key), old in zip(_opacus_slots(), _OPACUS_DEFAULTS.get("slots", [])):
+        if old is None:
+            table.pop(key, None)
+        else:
+            table[key] = old
+
+
+def register_fast_grad_samplers() -> None:
+    """Put the samplers above into Opacus' registries: per-sample gradients (hooks mode) and per-sample norms
+    (ghost clipping) for Conv2d and timm's GroupNormAct, and the copy-free per-sample gradient store."""
+    import opacus.grad_sample.grad_sample_module as gsm
+    import opacus.grad_sample.grad_sample_module_fast_gradient_clipping as gsm_fast
+    from opacus.grad_sample import GradSampleModule
+    from opacus.grad_sample.grad_sample_module_fast_gradient_clipping import GradSampleModuleFastGradientClipping
+    from timm.layers import GroupNormAct
+
+    if "slots" not in _OPACUS_DEFAULTS:
+        _OPACUS_DEFAULTS["slots"] = [table.get(key) for table, key in _opacus_slots()]
     GradSampleModule.GRAD_SAMPLERS[nn.Conv2d] = _conv2d_grad_sample
     GradSampleModule.GRAD_SAMPLERS[GroupNormAct] = _group_norm_act_grad_sample
+    GradSampleModuleFastGradientClipping.NORM_SAMPLERS[nn.Conv2d] = _conv2d_norm_sample
+    GradSampleModuleFastGradientClipping.NORM_SAMPLERS[GroupNormAct] = _group_norm_act_norm_sample
+    GradSampleModule.GRAD_SAMPLERS[PrefixTokenPosEmbed] = _token_embed_grad_sample
+    GradSampleModuleFastGradientClipping.NORM_SAMPLERS[PrefixTokenPosEmbed] = _token_embed_norm_sample
     gsm.create_or_accumulate_grad_sample = _store_grad_sample
     gsm_fast.create_or_accumulate_grad_sample = _store_grad_sample
 
@@ -304,6 +439,25 @@ def make_private(model: nn.Module, optimizer: torch.optim.Optimizer, num_samples
     # Opacus sets q = 1 / len(loader) = 1 / ceil(n / B) (not B / n) and 1 / q steps per epoch.
     rate = float(getattr(dl, "sample_rate", 1.0 / len(loader)))
     return PrivateTraining(wrapped, opt, dl, criterion, rate)
+
+
+def ghost_clipping_backward(model: nn.Module, loss_per_sample: torch.Tensor, inputs: torch.Tensor) -> None:
+    """Two-pass ghost clipping (as Opacus' ``DPLossFastGradientClipping.backward``) leaving p.grad = the sum of
+    clipped per-sample gradients; the DP optimizer then adds noise and averages.
+
+    Pass 1 differentiates only w.r.t. ``inputs`` (which must require grad): the hooks need each layer's
+    output gradient to compute per-sample gradient norms, not the parameter gradients that Opacus
+    computes in this pass and throws away. Pass 2 backpropagates the clip-weighted loss without hooks.
+    """
+    if not inputs.requires_grad:
+        raise ValueError("ghost_clipping_backward: inputs must require grad")
+    torch.autograd.grad(loss_per_sample.mean(), inputs, retain_graph=True)  # the module uses loss_reduction="mean"
+    coeff = model.get_clipping_coef()
+    model.disable_hooks()
+    try:
+        (coeff.to(loss_per_sample.device) * loss_per_sample).sum().backward()
+    finally:
+        model.enable_hooks()
 
 
 def unwrap(model: nn.Module) -> nn.Module:

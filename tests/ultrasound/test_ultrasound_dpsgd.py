@@ -240,3 +240,68 @@ def test_fast_grad_samplers_match_micro_batch_gradients(act):
     for j, p in enumerate(gsm._module.parameters()):
         expected = torch.stack([r[j] for r in ref])
         torch.testing.assert_close(p.grad_sample, expected, rtol=1e-4, atol=1e-5)
+
+
+def test_every_grad_sample_mode_gives_the_same_clipped_step():
+    """Materialized per-sample gradients (hooks, functorch) and ghost clipping (norms only, two passes) agree
+    with clipping active and no noise; the model has depthwise, pointwise (Gram-norm) and GroupNormAct layers."""
+    def model():
+        torch.manual_seed(3)
+        return nn.Sequential(nn.Conv2d(3, 16, 3, stride=4, padding=1),  # 8x8 -> 2x2
+                             GroupNormAct(16, num_groups=4, inplace=False),
+                             nn.Conv2d(16, 16, 3, padding=1, groups=16), nn.Conv2d(16, 16, 1),  # L = 4: Gram norm
+                             nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, 3))
+
+    x, y = _u8(6)
+    out = {}
+    for mode in ("hooks", "functorch", "ghost"):
+        m = model()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            train_local(m, x, y, epochs=2, batch_size=6, lr_for_epoch=lambda e: 0.05, device=torch.device("cpu"),
+                        seed=0, dp=DpSettings(0.0, 0.01, mode, poisson_sampling=False))
+        out[mode] = torch.cat([p.detach().flatten() for p in m.parameters()])
+    start = torch.cat([p.detach().flatten() for p in model().parameters()])
+    assert not torch.allclose(out["hooks"], start)
+    torch.testing.assert_close(out["ghost"], out["hooks"], rtol=1e-4, atol=1e-6)
+    torch.testing.assert_close(out["functorch"], out["hooks"], rtol=1e-4, atol=1e-6)
+
+
+def test_fast_samplers_can_be_unregistered_for_comparison():
+    from opacus.grad_sample import GradSampleModule
+    from opacus.grad_sample.conv import compute_conv_grad_sample
+
+    import privacy.dpsgd as dpsgd
+
+    try:
+        dpsgd.unregister_fast_grad_samplers()
+        assert GradSampleModule.GRAD_SAMPLERS[nn.Conv2d] is compute_conv_grad_sample
+        assert GroupNormAct not in GradSampleModule.GRAD_SAMPLERS
+    finally:
+        dpsgd.register_fast_grad_samplers()
+    assert GradSampleModule.GRAD_SAMPLERS[nn.Conv2d] is dpsgd._conv2d_grad_sample
+
+
+def test_vit_tokens_move_to_a_leaf_and_per_sample_gradients_match():
+    from opacus.grad_sample import GradSampleModule
+
+    torch.manual_seed(0)
+    vit = timm.create_model("vit_small_patch16_224", img_size=32, depth=1, num_classes=3)
+    x, y = torch.randn(3, 3, 32, 32), torch.tensor([0, 2, 1])
+    with torch.no_grad():
+        before = vit.eval()(x)
+    fixed, changes = make_opacus_compatible(copy.deepcopy(vit))
+    assert any("token_embed" in c.new for c in changes)
+    assert not any(n in ("cls_token", "pos_embed") for n, _ in fixed.named_parameters(recurse=False))
+    with torch.no_grad():
+        torch.testing.assert_close(fixed.eval()(x), before)  # same function, values kept
+    fixed.train()
+    ref = []
+    for i in range(3):
+        fixed.zero_grad()
+        nn.functional.cross_entropy(fixed(x[i : i + 1]), y[i : i + 1]).backward()
+        ref.append({n: p.grad.clone() for n, p in fixed.named_parameters()})
+    gsm = GradSampleModule(copy.deepcopy(fixed), loss_reduction="sum")
+    nn.functional.cross_entropy(gsm(x), y, reduction="sum").backward()
+    for n, p in gsm._module.named_parameters():
+        torch.testing.assert_close(p.grad_sample, torch.stack([r[n] for r in ref]), rtol=1e-3, atol=1e-5)
