@@ -82,12 +82,13 @@ class UltrasoundConfig:
 
     def effective(self) -> dict:
         """The fields that can change this run's results (for resume hashing): DP knobs only with DP-SGD,
-        mu only for FedProx, the server optimizer only for FedAdam; output locations never."""
+        mu only for FedProx, the server optimizer only for FedAdam; never output locations, the device or
+        the per-sample-gradient implementation (same mathematics, other speed)."""
         d = asdict(self)
-        for k in ("results_dir", "run_name"):
+        for k in ("results_dir", "run_name", "device", "grad_sample_mode"):
             d.pop(k)
         if not self.dp_sgd:
-            for k in ("noise_multiplier", "max_grad_norm", "delta", "grad_sample_mode"):
+            for k in ("noise_multiplier", "max_grad_norm", "delta"):
                 d[k] = None
         if self.method != "fedprox":
             d["proximal_mu"] = None

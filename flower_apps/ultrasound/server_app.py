@@ -98,6 +98,7 @@ def server_main(grid: Grid, cfg: UltrasoundConfig) -> dict:
     """Run one configuration and write its results folder. Returns the summary."""
     out = run_dir(cfg)
     out.mkdir(parents=True, exist_ok=True)
+    (out / "summary.json").unlink(missing_ok=True)  # a stale summary (other config) must not count as done
     atomic_write_json(out / "config.json", asdict(cfg))
     data = build_data(data_key(cfg))
     device = pick_device(cfg.device)

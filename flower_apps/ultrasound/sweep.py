@@ -94,8 +94,8 @@ def run_specs(grid: Grid, args: argparse.Namespace) -> list[dict]:
             if not args.no_ablation and task in grid.dp_tasks and "fedavg" in methods:
                 arch = grid.ablation_arch if not args.archs else args.archs[0]
                 part = "non-iid" if "non-iid" in parts else parts[0]  # the ablation runs on one partition
-                for c in grid.ablation_c:
-                    for z in grid.ablation_z:
+                for c in args.ablation_c or grid.ablation_c:
+                    for z in args.ablation_z or grid.ablation_z:
                         specs.append({"seed": seed, "us-task": task, "us-partition": part, "us-arch": arch,
                                       **_method_keys("fedavg"), "us-dp-sgd": True, "us-max-grad-norm": c,
                                       "us-noise-multiplier": z})
@@ -137,6 +137,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--methods", nargs="+", choices=METHODS)
     p.add_argument("--no-dp", action="store_true", help="skip the DP-SGD runs at the operating point")
     p.add_argument("--no-ablation", action="store_true", help="skip the C x z ablation")
+    p.add_argument("--ablation-c", type=float, nargs="+", help="clip norms of the ablation (default: the grid's)")
+    p.add_argument("--ablation-z", type=float, nargs="+", help="noise multipliers of the ablation")
     p.add_argument("--rounds", type=int)
     p.add_argument("--local-epochs", type=int)
     p.add_argument("--image-size", type=int)

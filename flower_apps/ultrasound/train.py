@@ -20,7 +20,7 @@ from torch import nn
 
 from datasets.transforms import ScannerProfile, to_model_input, uint8_to_unit
 from flower_apps.ultrasound.metrics import classification_metrics
-from privacy.dpsgd import make_private, unwrap
+from privacy.dpsgd import ghost_clipping_backward, make_private, unwrap
 
 LR_MILESTONES = (0.5, 0.8)  # fractions of the rounds after which the lr is multiplied by LR_DECAY
 LR_DECAY = 0.1
@@ -32,7 +32,7 @@ class DpSettings:
 
     noise_multiplier: float
     max_grad_norm: float
-    grad_sample_mode: str = "hooks"
+    grad_sample_mode: str = "ghost"
     poisson_sampling: bool = True  # False only in tests (fixed batches, to compare with a plain step)
 
 
@@ -144,10 +144,16 @@ def train_local(
                 obj.backward()
                 opt.step()
             else:
-                loss = loss_fn(net(xb), yb)
                 with warnings.catch_warnings():  # Opacus' hooks on the first layer: benign, inputs need no grad
                     warnings.filterwarnings("ignore", message="Full backward hook is firing")
-                    loss.backward()
+                    if dp.grad_sample_mode == "ghost":
+                        xb.requires_grad_(True)
+                        losses = nn.functional.cross_entropy(net(xb), yb, reduction="none")
+                        ghost_clipping_backward(net, losses, xb)
+                        loss = losses.detach().mean()
+                    else:
+                        loss = loss_fn(net(xb), yb)
+                        loss.backward()
                 if opt.pre_step():  # clip per-sample gradients, add noise, average
                     if anchor is not None:
                         with torch.no_grad():
