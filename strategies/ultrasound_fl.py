@@ -2,11 +2,13 @@
 
 The algorithms are Flower's (``flwr.serverapp.strategy``); this module only adds:
 
-* :class:`FixedCohort` (mixin): full participation of K logical clients, one per node, via
-  a node -> client map carried in the train config (``node-clients``), so a client
-  learns who it is from the message; nodes beyond the K mapped ones are not asked.
-  Every reply's MetricRecord is kept per round (per-client timing, DP ledgers); an error
-  reply or a missing client fails the round loudly (full participation is the protocol).
+* :class:`FixedCohort` (mixin): full participation of K logical clients. Each round sends one
+  message per logical client, carrying its ``client-id`` in the train config, to the node that
+  plays it: client k -> the k-th node (sorted ids) modulo the number of nodes, so K clients run on
+  K SuperNodes (as in the paper) or share fewer (a laptop's default local federation). Nodes beyond
+  the K needed are not asked. Every reply's MetricRecord is kept per round (per-client timing, DP
+  ledgers); an error reply or a missing client fails the round loudly (full participation is the
+  protocol).
 * :class:`BufferAveragingFedAdam`: FedAdam's adaptive server step is meant for
   parameters; applied to BatchNorm running statistics it can drive a running variance
   negative. Buffers (``buffer_keys``) therefore take the plain weighted mean (FedAvg)
@@ -15,64 +17,80 @@ The algorithms are Flower's (``flwr.serverapp.strategy``); this module only adds
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 
-from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord
+from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAdam, FedAvg, FedProx
 from flwr.serverapp.strategy.strategy_utils import aggregate_arrayrecords
 
-NODE_CLIENTS_KEY = "node-clients"
+CLIENT_ID_KEY = "client-id"
 
 
-def node_client_map(node_ids: Iterable[int], num_clients: int) -> dict[int, int]:
-    """The first ``num_clients`` node ids (sorted) -> logical clients 0..K-1."""
+def client_node_map(node_ids: Iterable[int], num_clients: int) -> dict[int, int]:
+    """Logical client k -> the k-th node (sorted ids) modulo the number of nodes."""
     nodes = sorted(node_ids)
-    if len(nodes) < num_clients:
-        raise RuntimeError(f"{len(nodes)} SuperNodes connected, the study needs one per client (K = {num_clients})")
-    return {n: k for k, n in enumerate(nodes[:num_clients])}
+    if not nodes:
+        raise RuntimeError("no SuperNodes are connected")
+    if num_clients < 1:
+        raise ValueError(f"num_clients must be >= 1, got {num_clients}")
+    return {k: nodes[k % len(nodes)] for k in range(num_clients)}
 
 
-def client_of(config: ConfigRecord, node_id: int) -> int:
-    """The logical client a node plays, from a message's config."""
-    mapping = json.loads(str(config[NODE_CLIENTS_KEY]))
-    if str(node_id) not in mapping:
-        raise KeyError(f"node {node_id} has no client in this message's {NODE_CLIENTS_KEY} map")
-    return int(mapping[str(node_id)])
+def client_of(config: ConfigRecord) -> int:
+    """The logical client a train message is for (its config's ``client-id``)."""
+    if CLIENT_ID_KEY not in config:
+        raise KeyError(f"train message without {CLIENT_ID_KEY!r} in its config")
+    return int(config[CLIENT_ID_KEY])
+
+
+def client_messages(client_nodes: dict[int, int], arrays: ArrayRecord, config: ConfigRecord, message_type: str,
+                    arrays_key: str = "arrays", config_key: str = "config") -> list[Message]:
+    """One message per logical client: the shared ``arrays`` and a copy of ``config`` with its ``client-id``."""
+    msgs = []
+    for k, node in sorted(client_nodes.items()):
+        conf = ConfigRecord(dict(config))
+        conf[CLIENT_ID_KEY] = k
+        msgs.append(Message(RecordDict({arrays_key: arrays, config_key: conf}), dst_node_id=node,
+                            message_type=message_type))
+    return msgs
 
 
 class FixedCohort:
     """Mixin for a Flower FedAvg-family strategy: a fixed full cohort and per-client reply metrics."""
 
-    node_clients: dict[int, int]
+    client_nodes: dict[int, int]
     client_metrics: dict[int, list[dict]]
 
-    def set_cohort(self, node_clients: dict[int, int], action: str) -> None:
-        """Ask exactly these nodes (node id -> logical client), with messages of type ``train.<action>``."""
-        self.node_clients = dict(node_clients)
+    def set_cohort(self, client_nodes: dict[int, int], action: str) -> None:
+        """Train exactly these logical clients (client -> node), with messages of type ``train.<action>``."""
+        self.client_nodes = dict(client_nodes)
         self.action = action
         self.client_metrics = {}
-        n = len(node_clients)
+        n = len(set(client_nodes.values()))
         self.min_train_nodes = self.min_available_nodes = n  # type: ignore[attr-defined]
 
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
                         grid: Grid) -> Iterable[Message]:
-        config[NODE_CLIENTS_KEY] = json.dumps({str(n): k for n, k in self.node_clients.items()})
-        msgs = super().configure_train(server_round, arrays, config, grid)  # type: ignore[misc]
-        # Flower's strategies send plain "train"; the project's ClientApp routes "train.<action>".
-        kind = f"{MessageType.TRAIN}.{self.action}"
-        return [Message(m.content, dst_node_id=m.metadata.dst_node_id, message_type=kind)
-                for m in msgs if m.metadata.dst_node_id in self.node_clients]
+        # Flower's strategy builds the round's content (server-round, FedProx's proximal-mu, ...); the
+        # messages are then one per logical client. Flower sends plain "train"; the project's ClientApp
+        # routes "train.<action>".
+        msgs = list(super().configure_train(server_round, arrays, config, grid))  # type: ignore[misc]
+        if not msgs:
+            return []
+        content = msgs[0].content
+        akey, ckey = self.arrayrecord_key, self.configrecord_key  # type: ignore[attr-defined]
+        return client_messages(self.client_nodes, content[akey], content[ckey], f"{MessageType.TRAIN}.{self.action}",
+                               akey, ckey)
 
     def aggregate_train(self, server_round: int,
                         replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
         replies = list(replies)
         bad = [m for m in replies if m.has_error()]
-        if bad or len(replies) < len(self.node_clients):
+        if bad or len(replies) < len(self.client_nodes):
             # Full participation is the protocol: a lost client is a failed run, not a smaller average.
             reason = bad[0].error.reason if bad else "no reply before the timeout"
-            raise RuntimeError(f"round {server_round}: {len(replies) - len(bad)}/{len(self.node_clients)} clients "
+            raise RuntimeError(f"round {server_round}: {len(replies) - len(bad)}/{len(self.client_nodes)} clients "
                                f"replied ({len(bad)} errors); first problem: {reason}")
         self.client_metrics[server_round] = [dict(m.content["metrics"]) for m in replies]
         return super().aggregate_train(server_round, replies)  # type: ignore[misc]

@@ -30,7 +30,7 @@ def train(msg: Message, context: Context) -> Message:
     t0 = time.perf_counter()
     conf: ConfigRecord = msg.content["config"]
     cfg = UltrasoundConfig.from_json(str(conf["run-config"]))
-    cid = client_of(conf, context.node_id)
+    cid = client_of(conf)
     server_round = int(conf["server-round"])
     data = build_data(data_key(cfg))
     device = pick_device(cfg.device)

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
+from flwr.app import ArrayRecord, ConfigRecord, MessageType, MetricRecord
 from flwr.serverapp import Grid
 
 from flower_apps.common.results import atomic_write_json, atomic_write_jsonl, config_hash, read_json
@@ -34,7 +34,7 @@ from flower_apps.ultrasound.train import DpSettings, client_seed, evaluate, lr_a
 from privacy.dpsgd import DpSgdLedger, paper_sqrt_t_bound, rdp_epsilon
 from strategies.base import FastGrid
 from strategies.cohorts import wait_for_nodes
-from strategies.ultrasound_fl import NODE_CLIENTS_KEY, build_ultrasound_strategy, node_client_map
+from strategies.ultrasound_fl import build_ultrasound_strategy, client_messages, client_node_map
 
 log = logging.getLogger("flwr")
 BYTES_PER_PARAM = 4  # float32
@@ -153,12 +153,20 @@ def _timing(round_seconds: list[float], client_rows: list[dict]) -> dict:
             "round_seconds": round_seconds}
 
 
+def _cohort(grid: Grid, cfg: UltrasoundConfig) -> dict[int, int]:
+    """Logical client -> SuperNode: one node per client when K are connected, else shared round-robin."""
+    nodes = wait_for_nodes(grid, 1)
+    cohort = client_node_map(nodes, cfg.num_clients)
+    log.info("ultrasound: %d logical clients on %d SuperNode(s)", cfg.num_clients, len(set(cohort.values())))
+    return cohort
+
+
 def _federated(grid: Grid, cfg: UltrasoundConfig, model, initial: ArrayRecord, data: UltrasoundData, device):
-    nodes = wait_for_nodes(grid, cfg.num_clients)
+    cohort = _cohort(grid, cfg)
     strategy = build_ultrasound_strategy(cfg.algorithm, proximal_mu=cfg.proximal_mu, server_lr=cfg.server_lr,
                                          beta1=cfg.beta1, beta2=cfg.beta2,
                                          buffer_keys=[n for n, _ in model.named_buffers()])
-    strategy.set_cohort(node_client_map(nodes, cfg.num_clients), ACTION)
+    strategy.set_cohort(cohort, ACTION)
     model.to(device)
     rounds: list[dict] = []
     last = {"t": time.perf_counter()}
@@ -241,13 +249,9 @@ def _centralized(cfg: UltrasoundConfig, model, data: UltrasoundData, device):
 
 def _local_only(grid: Grid, cfg: UltrasoundConfig, initial: ArrayRecord, data: UltrasoundData):
     """Baseline: each client trains its own model for T x E epochs (one message per client)."""
-    import json
 
-    nodes = node_client_map(wait_for_nodes(grid, cfg.num_clients), cfg.num_clients)
-    conf = ConfigRecord({"run-config": cfg.to_json(), "server-round": 0,
-                         NODE_CLIENTS_KEY: json.dumps({str(n): k for n, k in nodes.items()})})
-    msgs = [Message(RecordDict({"arrays": initial, "config": conf}), message_type=f"{MessageType.TRAIN}.{ACTION}",
-                    dst_node_id=n) for n in nodes]
+    conf = ConfigRecord({"run-config": cfg.to_json(), "server-round": 0})
+    msgs = client_messages(_cohort(grid, cfg), initial, conf, f"{MessageType.TRAIN}.{ACTION}")
     replies = FastGrid(grid).send_and_receive(msgs, timeout=24 * 3600)
     bad = [m for m in replies if m.has_error()]
     if bad or len(replies) < len(msgs):

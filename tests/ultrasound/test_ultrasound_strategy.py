@@ -2,24 +2,22 @@
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 from flwr.serverapp.strategy import FedAdam
 
-from strategies.ultrasound_fl import build_ultrasound_strategy, client_of, node_client_map
+from strategies.ultrasound_fl import build_ultrasound_strategy, client_node_map, client_of
 
 ARRAYS = ArrayRecord({"w": Array(np.array([1.0, 2.0], np.float32)),
                       "bn.running_var": Array(np.array([1.0], np.float32))})
-UPDATES = {11: (np.array([2.0, 2.0]), 0.5, 10), 12: (np.array([0.0, 4.0]), 0.1, 30)}  # node: (w, running_var, n)
+UPDATES = {0: (np.array([2.0, 2.0]), 0.5, 10), 1: (np.array([0.0, 4.0]), 0.1, 30)}  # client: (w, running_var, n)
 
 
 def _handler(node, msg):
-    w, rv, n = UPDATES[node]
+    cid = client_of(msg.content["config"])
+    w, rv, n = UPDATES[cid]
     arrays = ArrayRecord({"w": Array(w.astype(np.float32)), "bn.running_var": Array(np.array([rv], np.float32))})
-    cid = client_of(msg.content["config"], node)
     return Message(RecordDict({"arrays": arrays, "metrics": MetricRecord({"num-examples": n, "client-id": cid})}),
                    reply_to=msg)
 
@@ -33,12 +31,13 @@ def _round(strategy, grid):
 def test_fixed_cohort_messages(fake_grid_cls, algorithm):
     grid = fake_grid_cls([12, 11, 13], _handler)  # one extra node beyond K = 2
     strategy = build_ultrasound_strategy(algorithm)
-    strategy.set_cohort(node_client_map(grid.get_node_ids(), 2), "ultrasound")
+    strategy.set_cohort(client_node_map(grid.get_node_ids(), 2), "ultrasound")
     msgs, replies = _round(strategy, grid)
     assert sorted(m.metadata.dst_node_id for m in msgs) == [11, 12]
     assert {m.metadata.message_type for m in msgs} == {"train.ultrasound"}
+    assert {m.metadata.dst_node_id: client_of(m.content["config"]) for m in msgs} == {11: 0, 12: 1}
     conf = msgs[0].content["config"]
-    assert json.loads(conf["node-clients"]) == {"11": 0, "12": 1} and conf["server-round"] == 1
+    assert conf["server-round"] == 1
     assert ("proximal-mu" in conf) == (algorithm == "fedprox")
     if algorithm == "fedprox":
         assert conf["proximal-mu"] == pytest.approx(0.01)
@@ -51,7 +50,7 @@ def test_fixed_cohort_messages(fake_grid_cls, algorithm):
 def test_fedadam_steps_parameters_but_averages_buffers(fake_grid_cls):
     grid = fake_grid_cls([11, 12], _handler)
     strategy = build_ultrasound_strategy("fedadam", server_lr=0.01, buffer_keys=["bn.running_var"])
-    strategy.set_cohort(node_client_map([11, 12], 2), "ultrasound")
+    strategy.set_cohort(client_node_map([11, 12], 2), "ultrasound")
     _, replies = _round(strategy, grid)
     arrays, _ = strategy.aggregate_train(1, replies)
     np.testing.assert_allclose(arrays["bn.running_var"].numpy(), [(10 * 0.5 + 30 * 0.1) / 40], rtol=1e-6)
@@ -68,18 +67,34 @@ def test_fedadam_steps_parameters_but_averages_buffers(fake_grid_cls):
 def test_a_failed_client_fails_the_round(fake_grid_cls):
     grid = fake_grid_cls([11, 12], _handler, fail_nodes={12})
     strategy = build_ultrasound_strategy("fedavg")
-    strategy.set_cohort(node_client_map([11, 12], 2), "ultrasound")
+    strategy.set_cohort(client_node_map([11, 12], 2), "ultrasound")
     _, replies = _round(strategy, grid)
     with pytest.raises(RuntimeError, match="1/2 clients replied"):
         strategy.aggregate_train(1, replies)
 
 
-def test_node_map_needs_k_nodes_and_clients_find_themselves():
-    with pytest.raises(RuntimeError, match="K = 3"):
-        node_client_map([5, 6], 3)
-    conf = ConfigRecord({"node-clients": json.dumps({"5": 0, "9": 1})})
-    assert client_of(conf, 9) == 1
-    with pytest.raises(KeyError, match="node 7"):
-        client_of(conf, 7)
+def test_fewer_nodes_than_clients_share_them_with_the_same_result(fake_grid_cls):
+    """K = 2 logical clients on one SuperNode (a laptop's default local federation): two messages to that
+    node, the same aggregate as with one node per client."""
+    assert client_node_map([9, 5], 3) == {0: 5, 1: 9, 2: 5}
+    with pytest.raises(RuntimeError, match="no SuperNodes"):
+        client_node_map([], 3)
+    out = []
+    for nodes in ([11, 12], [11]):
+        grid = fake_grid_cls(nodes, _handler)
+        strategy = build_ultrasound_strategy("fedavg")
+        strategy.set_cohort(client_node_map(nodes, 2), "ultrasound")
+        msgs, replies = _round(strategy, grid)
+        assert len(msgs) == 2 and {m.metadata.dst_node_id for m in msgs} == set(nodes)
+        arrays, _ = strategy.aggregate_train(1, replies)
+        assert sorted(r["client-id"] for r in strategy.client_metrics[1]) == [0, 1]
+        out.append(arrays["w"].numpy())
+    np.testing.assert_allclose(out[0], out[1])
+
+
+def test_clients_find_themselves_in_the_message():
+    assert client_of(ConfigRecord({"client-id": 3})) == 3
+    with pytest.raises(KeyError, match="client-id"):
+        client_of(ConfigRecord({}))
     with pytest.raises(ValueError, match="allowed"):
         build_ultrasound_strategy("scaffold")
