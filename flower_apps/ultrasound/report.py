@@ -13,6 +13,8 @@ Every comparison states the dataset-size caveat.
 
 from __future__ import annotations
 
+import math
+
 from collections import defaultdict
 from pathlib import Path
 
@@ -166,6 +168,12 @@ def _group(summaries: list[dict], key) -> dict:
     return groups
 
 
+def _majority_share(summary: dict) -> float:
+    """Accuracy (%) of always predicting the test set's most frequent class (from the confusion matrix)."""
+    cm = np.asarray(summary["confusion"], dtype=float)
+    return float(100.0 * cm.sum(1).max() / cm.sum()) if cm.sum() else math.nan
+
+
 def results_rows(summaries: list[dict], dp: bool) -> list[dict]:
     """Tables 5-10 (dp=False) or 12-14 (dp=True): one row per (scale, task, partition, arch, method, DP)."""
     sel = [s for s in summaries if bool(s["dp_sgd"]) == dp]
@@ -188,6 +196,7 @@ def results_rows(summaries: list[dict], dp: bool) -> list[dict]:
             step = np.mean([r["timing"]["mean_step_seconds"] for r in runs])
             row["step time vs no-DP"] = f"{step / base:.2f}x" if base else "-"
         row.update(_stat_cells(runs))
+        row["_majority"] = float(np.mean([_majority_share(r) for r in runs]))
         secs = [r["timing"]["mean_round_seconds"] for r in runs if not np.isnan(r["timing"]["mean_round_seconds"])]
         row["round time (s)"] = f"{np.mean(secs):.2f}" if secs else "-"
         rows.append(row)
@@ -204,14 +213,19 @@ def summary_rows(rows: list[dict]) -> list[dict]:
             continue
         best_fl = max(fl, key=lambda r: r["_accuracy"].mean)
         row = {"scale": key[0], "task": key[1], "partition": key[2],
-               "best FL": f"{best_fl['method']} {best_fl['arch']}", "FL acc (%)": best_fl["accuracy (%)"]}
+               "best FL": f"{best_fl['method']} {best_fl['arch']}", "FL acc (%)": best_fl["accuracy (%)"],
+               "FL AUC (%)": best_fl["auc (%)"]}
         if cen:
             best_c = max(cen, key=lambda r: r["_accuracy"].mean)
             row["centralized"] = best_c["arch"]
             row["centralized acc (%)"] = best_c["accuracy (%)"]
+            row["centralized AUC (%)"] = best_c["auc (%)"]
             row["delta FL - centralized (pp)"] = f"{best_fl['_accuracy'].mean - best_c['_accuracy'].mean:+.2f}"
         else:
-            row.update({"centralized": "-", "centralized acc (%)": "-", "delta FL - centralized (pp)": "-"})
+            row.update({"centralized": "-", "centralized acc (%)": "-", "centralized AUC (%)": "-",
+                        "delta FL - centralized (pp)": "-"})
+        # accuracy is "best" even for a model that predicts one class: show what that would score
+        row["majority-class acc (%)"] = f"{best_fl['_majority']:.2f}"
         row["paper (accuracy %)"] = PAPER_REFERENCE.get(key[1], "-")
         out.append(row)
     return out

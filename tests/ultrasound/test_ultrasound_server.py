@@ -83,6 +83,11 @@ def test_fedprox_centralized_local_and_the_report(tmp_path, fake_grid_cls):
         assert (out / f).is_file(), f
     t11 = (out / "table11_summary.csv").read_text()
     assert "FedProx" in t11 and "mobilenetv2_100" in t11
+    # the constant-predictor baseline, from the test labels: the most frequent class's share
+    cm = np.asarray(prox["confusion"])
+    majority = f"{100 * cm.sum(1).max() / cm.sum():.2f}"
+    header, row = t11.splitlines()[:2]
+    assert "majority-class acc (%)" in header and "FL AUC (%)" in header and majority in row
     rows = (out / "table5_10_results.csv").read_text().splitlines()
     assert len(rows) == 1 + 3 and any("Local-only" in r for r in rows)
     assert list(out.glob("figure_convergence_*.png"))
