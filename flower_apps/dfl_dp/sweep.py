@@ -15,10 +15,10 @@ import argparse
 import logging
 import math
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from flower_apps.common.sweep import run_pending
 from flower_apps.config import RUN_CONFIG_DEFAULTS, ConfigError, resolve
 from flower_apps.dfl_dp.config import PRESETS, DflDpConfig
 from flower_apps.dfl_dp.report import write_report
@@ -204,24 +204,10 @@ def run_attacks(configs: list[DflDpConfig], args: argparse.Namespace) -> str:
 def _run(pending: list[DflDpConfig], args: argparse.Namespace) -> None:
     import torch
 
-    from flower_apps.runner import run_many_in_process
-
     num_gpus = args.num_gpus if args.num_gpus is not None else (0.5 if torch.cuda.is_available() else 0.0)
     nodes = max(math.ceil(c.num_clients / c.clients_per_message) for c in pending)
-    t0 = time.perf_counter()
-    done = [0]
-
-    def on_done(cfg: DflDpConfig, summary: dict) -> None:
-        done[0] += 1
-        el = time.perf_counter() - t0
-        eta = el / done[0] * (len(pending) - done[0])
-        print(f"[{done[0]}/{len(pending)}] {summary['run']}: final acc {summary['final_acc']:.4f} "
-              f"({summary['wall_seconds']:.0f}s; sweep {el:.0f}s elapsed, ETA {eta:.0f}s)", flush=True)
-
-    run_many_in_process(pending, server_main, nodes, args.num_cpus, num_gpus, on_done=on_done)
-    missing = [c for c in pending if not is_complete(c)]
-    if missing:
-        raise RuntimeError(f"{len(missing)} runs did not finish, e.g. {missing[0].default_run_name}; rerun to resume")
+    run_pending(pending, server_main, is_complete, nodes=nodes, num_cpus=args.num_cpus, num_gpus=num_gpus,
+                describe=lambda s: f"final acc {s['final_acc']:.4f}")
 
 
 if __name__ == "__main__":

@@ -21,10 +21,10 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from flower_apps.common.sweep import run_pending
 from flower_apps.config import RUN_CONFIG_DEFAULTS, ConfigError, resolve
 from flower_apps.studies import STUDIES
 from flower_apps.tabular_pdp.config import POISONS, STUDY, TabularPdpConfig
@@ -130,26 +130,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(pending: list[TabularPdpConfig], args: argparse.Namespace) -> None:
-    from flower_apps.runner import run_many_in_process
-
-    nodes = max(c.num_clients for c in pending)
-    t0 = time.perf_counter()
-    done = [0]
-
-    def on_done(cfg: TabularPdpConfig, summary: dict) -> None:
-        done[0] += 1
-        el = time.perf_counter() - t0
-        eta = el / done[0] * (len(pending) - done[0])
+    def describe(summary: dict) -> str:
         res = ", ".join(f"{k} MAE {v['final_mae']:.3f}" for k, v in summary["settings"].items())
-        print(f"[{done[0]}/{len(pending)}] {summary['run']}: flagged {summary['drift']['flagged']}"
-              f"{'; ' + res if res else ''} ({summary['wall_seconds']:.0f}s; sweep {el:.0f}s, ETA {eta:.0f}s)",
-              flush=True)
+        return f"flagged {summary['drift']['flagged']}{'; ' + res if res else ''}"
 
-    run_many_in_process(pending, server_main, nodes, args.num_cpus, 0.0, on_done=on_done)
-    missing = [c for c in pending if not is_complete(c)]
-    if missing:
-        raise RuntimeError(f"{len(missing)} runs did not finish, e.g. {missing[0].default_run_name}; rerun to resume")
-    print(f"sweep finished in {time.perf_counter() - t0:.0f}s", flush=True)
+    run_pending(pending, server_main, is_complete, nodes=max(c.num_clients for c in pending),
+                num_cpus=args.num_cpus, num_gpus=0.0, describe=describe)
 
 
 if __name__ == "__main__":
