@@ -33,3 +33,11 @@ def run_pending(pending: list[Any], server_main: Callable[[Grid, Any], dict], is
     if missing:
         raise RuntimeError(f"{len(missing)} runs did not finish, e.g. {missing[0].default_run_name}; rerun to resume")
     print(f"sweep finished in {time.perf_counter() - t0:.0f}s", flush=True)
+
+
+def pending_runs(study: str, grid: str, configs: list[Any], is_complete: Callable[[Any], bool]) -> list[Any]:
+    """The configs not finished yet (resume), after one line saying how many are done and to run."""
+    pending = [c for c in configs if not is_complete(c)]
+    print(f"{study} sweep '{grid}': {len(configs)} runs, {len(configs) - len(pending)} already done, "
+          f"{len(pending)} to run", flush=True)
+    return pending

@@ -24,7 +24,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from flower_apps.common.sweep import run_pending
+from flower_apps.common.sweep import pending_runs, run_pending
 from flower_apps.config import RUN_CONFIG_DEFAULTS, ConfigError, resolve
 from flower_apps.studies import STUDIES
 from flower_apps.tabular_pdp.config import POISONS, STUDY, TabularPdpConfig
@@ -113,9 +113,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if not args.report_only:
-        pending = [c for c in configs if not is_complete(c)]
-        print(f"tabular-pdp sweep '{args.grid}': {len(configs)} runs, {len(configs) - len(pending)} already done, "
-              f"{len(pending)} to run", flush=True)
+        pending = pending_runs("tabular-pdp", args.grid, configs, is_complete)
         if pending:
             _run(pending, args)
     md = write_report(args.results_dir)

@@ -38,3 +38,11 @@ def test_progress_lines_and_resume_hint(monkeypatch, capsys):
     with pytest.raises(RuntimeError, match="1 runs did not finish, e.g. b; rerun to resume"):
         run_pending(runs, server_main, lambda c: c.default_run_name in finished, nodes=3, num_cpus=1.0,
                     num_gpus=0.0, describe=lambda s: "")
+
+
+def test_pending_runs_skips_finished_and_says_so(capsys):
+    from flower_apps.common.sweep import pending_runs
+
+    runs = [SimpleNamespace(default_run_name=n) for n in ("a", "b", "c")]
+    assert [r.default_run_name for r in pending_runs("x", "g", runs, lambda c: c.default_run_name == "b")] == ["a", "c"]
+    assert "x sweep 'g': 3 runs, 1 already done, 2 to run" in capsys.readouterr().out
