@@ -35,7 +35,7 @@ from .constants import (
     STREAM_NONCE_SIZE,
     SURB_KEY_INFO,
 )
-from .errors import InvalidHeader
+from .errors import InvalidHeader, InvalidPeerKey
 
 #: Field prime of Curve25519; canonical u-coordinates are < P.
 CURVE25519_P: int = 2**255 - 19
@@ -118,6 +118,37 @@ def exchange(private: X25519PrivateKey, point: X25519PublicKey) -> bytes:
         return private.exchange(point)
     except ValueError as exc:  # OpenSSL refuses an all-zero shared secret
         raise InvalidHeader("low-order group element") from exc
+
+
+def validate_public_key(raw: bytes) -> bytes:
+    """Check a peer's announced X25519 public key before it enters any peer view.
+
+    Rejects a wrong length, a non-canonical encoding (u >= p, as
+    :func:`load_point`), and any low-order point (the all-zero key, 1, p - 1,
+    the two order-8 points of libsodium's blocklist): with such a key every
+    shared secret is all zeros (RFC 7748, Sec. 6.1), so a packet routed through
+    it cannot be built. The exchange with a throwaway scalar catches them all,
+    since a clamped scalar is a multiple of the cofactor 8.
+
+    Returns
+    -------
+    bytes
+        ``raw`` itself, unchanged.
+
+    Raises
+    ------
+    InvalidPeerKey
+        With what was wrong.
+    """
+    if len(raw) != GROUP_ELEMENT_SIZE:
+        raise InvalidPeerKey(f"public key must be {GROUP_ELEMENT_SIZE} bytes, got {len(raw)}")
+    if int.from_bytes(raw, "little") >= CURVE25519_P:
+        raise InvalidPeerKey("non-canonical public key (u-coordinate >= 2^255 - 19)")
+    try:  # OpenSSL refuses an all-zero shared secret with ValueError
+        X25519PrivateKey.generate().exchange(X25519PublicKey.from_public_bytes(raw))
+    except ValueError as exc:
+        raise InvalidPeerKey("low-order public key (all-zero shared secret)") from exc
+    return raw
 
 
 # --- key derivation -------------------------------------------------------------

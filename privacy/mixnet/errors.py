@@ -34,3 +34,7 @@ class ReplayDetected(MixnetError):
 
 class InvalidFrame(MixnetError):
     """A link-level frame (packet or control message) that cannot be parsed."""
+
+
+class InvalidPeerKey(MixnetError):
+    """A peer's announced X25519 key: wrong length, non-canonical, or a low-order point."""

@@ -127,8 +127,8 @@ def _peer(record: dict) -> PeerInfo:
 def _handle(env: AsyncioEnv, node: MixNode, command: dict) -> Any:
     cmd = command.get("cmd")
     if cmd == "peers":
-        for record in command["peers"]:
-            node.view.add(_peer(record))
+        for info in [_peer(r) for r in command["peers"]]:  # parse all first: a malformed list changes nothing
+            node.add_peer(info)
         return len(node.view.routable())
     if cmd == "join":
         env.run_timed(lambda: node.join([_peer(r) for r in command["bootstrap"]]))

@@ -19,7 +19,8 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 from .config import MixnetConfig
 from .crypto import RandomSource, public_bytes
 from .delivery import DeliveredMessage, OutgoingMessage, PendingFragment, Reassembler
-from .errors import InvalidFrame, InvalidHeader, InvalidPacket, InvalidPayload, InvalidSURB, ReplayDetected
+from .errors import (InvalidFrame, InvalidHeader, InvalidPacket, InvalidPayload, InvalidPeerKey, InvalidSURB,
+                     ReplayDetected)
 from .messages import (
     MESSAGE_ID_SIZE,
     Ack,
@@ -140,11 +141,23 @@ class MixNode:
             self._send_fragment(fragment, "real")
         return message_id
 
+    def add_peer(self, info: PeerInfo) -> bool | None:
+        """Learn a peer record from any source (JOIN, VIEW, bootstrap, directory).
+
+        A record with a bad key is dropped and counted in ``stats.dropped_bad_key``
+        (returns None); otherwise returns whether the view changed.
+        """
+        try:
+            return self.view.add(info)
+        except InvalidPeerKey:
+            self.stats.dropped_bad_key += 1
+            return None
+
     def join(self, bootstrap: list[PeerInfo]) -> None:
         """Enter the network: learn the bootstrap peers and announce ourselves to them."""
         for info in bootstrap:
-            self.view.add(info)
-            self._control(info.node_id, wire.join_frame(self.info))
+            if self.add_peer(info) is not None:
+                self._control(info.node_id, wire.join_frame(self.info))
 
     def leave(self) -> None:
         """Graceful departure: tell the live peers, then stop."""
@@ -174,8 +187,8 @@ class MixNode:
         elif parsed.kind == wire.FRAME_JOIN:
             self._on_join(from_peer, parsed.peers[0])
         elif parsed.kind == wire.FRAME_VIEW:
-            for info in parsed.peers:
-                self.view.add(info)
+            for info in parsed.peers:  # a bad record is dropped alone; the good ones are kept
+                self.add_peer(info)
         elif parsed.kind == wire.FRAME_PING:
             self._control(from_peer, wire.pong_frame(parsed.nonce))
         elif parsed.kind == wire.FRAME_PONG:
@@ -274,7 +287,9 @@ class MixNode:
             self.env.on_acked(self.node_id, fragment.message_id)
 
     def _on_join(self, from_peer: int, info: PeerInfo) -> None:
-        changed = self.view.add(info)
+        changed = self.add_peer(info)
+        if changed is None:  # bad key: neither stored, answered nor flooded
+            return
         if from_peer == info.node_id:  # direct request: hand over our view
             self._control(from_peer, wire.view_frame([self.info, *self._live_infos()]))
         if changed:  # flood the announcement once through our view

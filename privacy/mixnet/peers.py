@@ -3,7 +3,9 @@
 A view maps node ids to their Sphinx public keys (and, in network mode, their
 ``host:port``). Peers enter through JOIN/VIEW control messages and leave the
 routable set when a connectivity check fails; missed acknowledgements only
-raise suspicion, which triggers such a check.
+raise suspicion, which triggers such a check. A key enters a view only after
+:func:`~privacy.mixnet.crypto.validate_public_key`: one low-order key in a view
+would make every packet routed through that peer impossible to build.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from dataclasses import dataclass, field
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PublicKey
 
 from .constants import GROUP_ELEMENT_SIZE
+from .crypto import validate_public_key
 from .header import Hop
 
 
@@ -29,8 +32,9 @@ class PeerInfo:
 
     @property
     def key(self) -> X25519PublicKey:
-        if self._key is None:  # parsed once, reused for every packet to this peer
-            self._key = X25519PublicKey.from_public_bytes(self.public_key)
+        """The validated public key; raises :class:`~privacy.mixnet.errors.InvalidPeerKey` if it is bad."""
+        if self._key is None:  # validated and parsed once, reused for every packet to this peer
+            self._key = X25519PublicKey.from_public_bytes(validate_public_key(self.public_key))
         return self._key
 
 
@@ -45,9 +49,14 @@ class PeerView:
         self.suspicion: dict[int, int] = {}
 
     def add(self, info: PeerInfo) -> bool:
-        """Learn or refresh a peer and mark it routable; True if the view changed."""
+        """Learn or refresh a peer and mark it routable; True if the view changed.
+
+        Raises :class:`~privacy.mixnet.errors.InvalidPeerKey` (and changes nothing)
+        if the announced key is bad.
+        """
         if info.node_id == self.self_id:
             return False
+        info.key  # validate before storing: a bad key must never replace a good one
         old = self._peers.get(info.node_id)
         changed = old is None or old.public_key != info.public_key or old.endpoint != info.endpoint
         if changed:

@@ -141,7 +141,7 @@ class Simulator:
         infos = [node.info for node in self.nodes.values()]
         for node in self.nodes.values():  # bootstrap directory, handed out before the run
             for info in infos:
-                node.view.add(info)
+                node.add_peer(info)
 
     # ------------------------------------------------------------- set-up --
     def _create_node(self, node_id: int) -> MixNode:

@@ -27,6 +27,7 @@ class NodeStats:
     dropped_tampered: int = 0
     dropped_replay: int = 0
     dropped_invalid: int = 0
+    dropped_bad_key: int = 0  # peer records (JOIN / VIEW / directory) with a bad X25519 key
     cover_received: int = 0
     fragments_received: int = 0
     duplicate_fragments: int = 0
