@@ -10,6 +10,8 @@ drop the preset and give the keys explicitly.
 
 from __future__ import annotations
 
+import difflib
+import math
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +35,10 @@ COMMON_KEYS: dict[str, Any] = {
     # missing ones as failed. Dead SuperNodes surface sooner (NODE_UNAVAILABLE after their heartbeat
     # lapses, <= 60 s in flwr 1.42); this bounds the wait for nodes that stay online but hang.
     "round-timeout": 3600.0,
+    # DP noise randomness: "" = secure (OS entropy, reproducible by nobody); a path = a LOCAL file
+    # whose content seeds the noise of the party that reads it (research opt-in; only the path
+    # travels in messages). See privacy/randomness.py.
+    "noise-seed-file": "",
 }
 RUN_CONFIG_DEFAULTS: dict[str, Any] = dict(COMMON_KEYS)
 
@@ -62,9 +68,7 @@ class StudySpec:
 
 def resolve(raw: dict[str, Any], studies: dict[str, StudySpec]) -> tuple[StudySpec, dict[str, Any]]:
     """Validate keys, apply the study's preset, and return (spec, flat resolved config)."""
-    unknown = sorted(set(raw) - set(RUN_CONFIG_DEFAULTS))
-    if unknown:
-        raise ConfigError(f"unknown run-config key(s) {unknown}; allowed keys: {sorted(RUN_CONFIG_DEFAULTS)}")
+    check_keys(raw)
     study = raw.get("study", RUN_CONFIG_DEFAULTS["study"])
     if study not in studies:
         raise ConfigError(f"study={study!r} is not a study; allowed: {sorted(studies)}")
@@ -83,4 +87,43 @@ def resolve(raw: dict[str, Any], studies: dict[str, StudySpec]) -> tuple[StudySp
         if isinstance(default, str) and not isinstance(val, str):
             raise ConfigError(f"{key} must be a string, got {val!r}")
     resolved = {**RUN_CONFIG_DEFAULTS, **spec.presets[preset], **explicit}
+    check_finite(resolved)
+    check_common(resolved)
     return spec, resolved
+
+
+def check_common(c: dict[str, Any]) -> None:
+    """Ranges of the keys every study shares (each study checks its own keys in build_config)."""
+    from privacy.randomness import NoiseSource
+
+    for key, lo in (("seed", 0), ("num-rounds", 1), ("num-clients", 1)):
+        if not (isinstance(c[key], int) and not isinstance(c[key], bool) and c[key] >= lo):
+            raise ConfigError(f"{key} must be an integer >= {lo}, got {c[key]!r}")
+    if not c["round-timeout"] > 0:
+        raise ConfigError(f"round-timeout must be > 0 seconds, got {c['round-timeout']!r}")
+    if not 0 < c["data-fraction"] <= 1:
+        raise ConfigError(f"data-fraction must be in (0, 1], got {c['data-fraction']!r}")
+    try:
+        NoiseSource(c["noise-seed-file"]).check()
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"noise-seed-file: {exc}") from None
+
+
+def check_keys(raw: dict[str, Any]) -> None:
+    """Refuse unknown keys, naming the nearest valid key for each."""
+    unknown = sorted(set(raw) - set(RUN_CONFIG_DEFAULTS))
+    if not unknown:
+        return
+    hints = []
+    for key in unknown:
+        near = difflib.get_close_matches(key, list(RUN_CONFIG_DEFAULTS), n=1, cutoff=0.6)
+        hints.append(f"{key!r} (did you mean {near[0]!r}?)" if near else repr(key))
+    raise ConfigError(f"unknown run-config key(s) {', '.join(hints)}; the {len(RUN_CONFIG_DEFAULTS)} valid keys "
+                      "are listed under [tool.flwr.app.config] in pyproject.toml")
+
+
+def check_finite(config: dict[str, Any]) -> None:
+    """Every numeric value must be a finite number (inf or nan would silently disable DP)."""
+    for key, val in config.items():
+        if isinstance(val, float) and not math.isfinite(val):
+            raise ConfigError(f"{key} must be a finite number, got {val!r}")

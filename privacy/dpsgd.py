@@ -48,6 +48,8 @@ import torch.nn.functional as F
 from timm.models.vision_transformer import VisionTransformer
 from torch import nn
 
+from privacy.randomness import STREAM_DPSGD, NoiseSource
+
 GRAD_SAMPLE_MODES = ("hooks", "functorch", "ew", "ghost")
 
 
@@ -399,12 +401,18 @@ class PrivateTraining:
 
 def make_private(model: nn.Module, optimizer: torch.optim.Optimizer, num_samples: int, batch_size: int, *,
                  noise_multiplier: float, max_grad_norm: float, grad_sample_mode: str = "hooks",
-                 seed: int = 0, poisson_sampling: bool = True) -> PrivateTraining:
+                 seed: int = 0, poisson_sampling: bool = True,
+                 noise: NoiseSource | None = None) -> PrivateTraining:
     """Opacus' ``PrivacyEngine.make_private`` over a loader of *indices* 0..n-1.
 
     The loader yields index batches (Poisson-sampled with rate q = batch_size / n when
-    ``poisson_sampling``), so the caller fetches and augments the images itself. Sampling
-    and noise use generators seeded from ``seed``; same seed, same batches and noise.
+    ``poisson_sampling``), so the caller fetches and augments the images itself.
+
+    Threat model: the noise (and, for amplification by subsampling, the batch sampling) hides a
+    client's examples from the server and everyone downstream, so both come from ``noise``, the
+    client's own secret source (privacy.randomness: OS entropy by default), never from ``seed``,
+    which the server chose. With a seeded source (a local seed file) ``seed`` is mixed in, so
+    the same file and seed give the same batches and noise.
     """
     from opacus import PrivacyEngine
 
@@ -419,9 +427,10 @@ def make_private(model: nn.Module, optimizer: torch.optim.Optimizer, num_samples
     if num_samples < 1:
         raise ValueError(f"num_samples must be >= 1, got {num_samples}")
     batch_size = min(batch_size, num_samples)
-    g_data = torch.Generator().manual_seed(seed)
+    noise = noise or NoiseSource()
+    g_data = torch.Generator().manual_seed(noise.torch_seed(STREAM_DPSGD, seed, 0))
     device = next(model.parameters()).device
-    g_noise = torch.Generator(device=device).manual_seed(seed + 1)
+    g_noise = torch.Generator(device=device).manual_seed(noise.torch_seed(STREAM_DPSGD, seed, 1))
     loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.arange(num_samples)),
                                          batch_size=batch_size, shuffle=not poisson_sampling, generator=g_data)
     criterion = nn.CrossEntropyLoss()

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 
-from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, RecordDict
+from flwr.app import ArrayRecord, ConfigRecord, Error, Message, MessageType, RecordDict
 from flwr.serverapp import Grid
 
 
@@ -60,3 +62,117 @@ def build_train_messages(
 def config_record(run_config: dict) -> ConfigRecord:
     """The study's resolved config, serialized once for every message."""
     return ConfigRecord({"run-config": json.dumps(run_config, sort_keys=True)})
+
+
+# --- Replies are checked against the plan: the cohort is what the server asked, never what a reply says.
+
+REJECTED_REPLY = 901  # Error code of a reply the server refused (see check_replies)
+ARRAY_CLAIMS = ("each", "last", "none")
+
+
+def planned_clients(message: Message) -> tuple[int, ...]:
+    """The logical clients a message the server built asks for (``client-ids`` or ``client-id``)."""
+    cfg = message.content["config"]
+    if "client-ids" in cfg:
+        return tuple(int(c) for c in cfg["client-ids"])
+    if "client-id" in cfg:
+        return (int(cfg["client-id"]),)
+    raise KeyError("message without client-ids/client-id in its config: it was not built from a plan")
+
+
+def _claims_problem(planned: tuple[int, ...], reply: Message, array_claims: str) -> str | None:
+    """Why ``reply`` does not speak for exactly ``planned`` (None when it does)."""
+    from strategies.records import CLIENT_PREFIX
+
+    content = reply.content
+    keyed = []
+    for key in content.array_records:
+        if key.startswith(CLIENT_PREFIX):
+            try:
+                keyed.append(int(key[len(CLIENT_PREFIX):]))
+            except ValueError:
+                return f"malformed record key {key!r}"
+    expected = {"each": sorted(planned), "last": [planned[-1]], "none": []}[array_claims]
+    if sorted(keyed) != expected:
+        return f"models for clients {sorted(keyed)}, asked for {expected}"
+    if "metrics" in content.metric_records and "client-ids" in content.metric_records["metrics"]:
+        listed = [int(c) for c in content.metric_records["metrics"]["client-ids"]]
+        if listed != list(planned):
+            return f"claims to have trained clients {listed}, asked for {list(planned)}"
+    if "info" in content.config_records and "client-id" in content.config_records["info"]:
+        cid = int(content.config_records["info"]["client-id"])
+        if (cid,) != planned:
+            return f"speaks for client {cid}, asked for {list(planned)}"
+    return None
+
+
+@dataclass
+class CheckedReplies:
+    """A round's replies after :func:`check_replies`.
+
+    ``valid`` speak for exactly the clients their message asked for; ``failed`` are error
+    replies, including the ``rejected`` ones turned into errors so that any strategy counts
+    them as failures; ``contributors`` are the planned clients of the valid replies.
+    """
+
+    valid: list[Message] = field(default_factory=list)
+    failed: list[Message] = field(default_factory=list)
+    rejected: list[str] = field(default_factory=list)
+    contributors: list[int] = field(default_factory=list)
+
+    @property
+    def replies(self) -> list[Message]:
+        """Valid replies followed by error replies (what a wrapped strategy should see)."""
+        return self.valid + self.failed
+
+
+def check_replies(sent: Iterable[Message], replies: Iterable[Message], array_claims: str = "each") -> CheckedReplies:
+    """Match replies to the messages they answer and refuse those that speak for other clients.
+
+    Threat: a participant that inflates the cohort (a reply carrying models or ``client-ids``
+    of clients it was not asked to play, or a second reply to one message) would make a DP
+    wrapper size its noise for more clients than contributed. Here a reply is valid only if it
+    answers a message of this round (``reply_to_message_id``, set by Flower, not by the
+    client), is the first answer to it, and claims exactly the message's planned clients.
+
+    Parameters
+    ----------
+    sent : the messages of the round, after they were pushed (Flower set their ids).
+    replies : what came back.
+    array_claims : "each" (one ``client.<id>`` model per planned client), "last" (a chain
+        reply: one token under the last planned client) or "none" (models under other keys).
+    """
+    if array_claims not in ARRAY_CLAIMS:
+        raise ValueError(f"array_claims must be one of {ARRAY_CLAIMS}, got {array_claims!r}")
+    by_id = {m.metadata.message_id: m for m in sent}
+    if "" in by_id:
+        raise ValueError("check_replies needs messages that were pushed (their message_id is empty)")
+    out = CheckedReplies()
+    answered: set[str] = set()
+    contributors: set[int] = set()
+    for reply in replies:
+        mid = reply.metadata.reply_to_message_id
+        msg = by_id.get(mid)
+        if msg is None:
+            out.rejected.append(f"reply from node {reply.metadata.src_node_id} to a message this round did not send")
+            continue  # nothing to attribute it to
+        if mid in answered:
+            out.rejected.append(f"second reply to the message for clients {list(planned_clients(msg))}")
+            continue
+        answered.add(mid)
+        if reply.has_error():
+            out.failed.append(reply)
+            continue
+        planned = planned_clients(msg)
+        problem = _claims_problem(planned, reply, array_claims)
+        if problem is None and contributors.intersection(planned):
+            problem = f"clients {sorted(contributors.intersection(planned))} already answered this round"
+        if problem is not None:
+            reason = f"reply from node {reply.metadata.src_node_id} rejected: {problem}"
+            out.rejected.append(reason)
+            out.failed.append(Message(Error(REJECTED_REPLY, reason), reply_to=msg))
+            continue
+        contributors.update(planned)
+        out.valid.append(reply)
+    out.contributors = sorted(contributors)
+    return out

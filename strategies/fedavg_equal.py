@@ -14,8 +14,8 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
 from flwr.serverapp import Grid
 
 from strategies.base import PatternStrategy
-from strategies.cohorts import build_train_messages, plan_cohorts
-from strategies.records import client_arrays, from_numpy, to_numpy, valid_replies
+from strategies.cohorts import build_train_messages, check_replies, plan_cohorts
+from strategies.records import client_arrays, from_numpy, to_numpy
 
 log = logging.getLogger(__name__)
 
@@ -44,11 +44,13 @@ class EqualWeightFedAvg(PatternStrategy):
     clients_per_message : logical clients packed in one message (transport only).
     """
 
+    array_claims = "each"  # a reply carries one model per client its message asked for
+
     def __init__(self, client_ids: list[int], action: str, clients_per_message: int = 1) -> None:
         self.client_ids = list(client_ids)
         self.action = action
         self.clients_per_message = clients_per_message
-        self.last_round: dict = {}
+        self._sent: list[Message] = []
 
     def summary(self) -> None:
         log.info("EqualWeightFedAvg: %d clients, %d per message", len(self.client_ids), self.clients_per_message)
@@ -58,21 +60,24 @@ class EqualWeightFedAvg(PatternStrategy):
     ) -> Iterable[Message]:
         config["server-round"] = server_round
         plan = plan_cohorts(self.client_ids, list(grid.get_node_ids()), self.clients_per_message)
-        return build_train_messages(plan, arrays, config, self.action)
+        self._sent = build_train_messages(plan, arrays, config, self.action)
+        return self._sent
 
     def aggregate_train(
         self, server_round: int, replies: Iterable[Message]
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
-        ok, bad = valid_replies(list(replies))
+        # Only replies that speak for exactly the clients their message asked for count.
+        checked = check_replies(self._sent, replies, self.array_claims)
+        for reason in checked.rejected:
+            log.warning("round %d: %s; counted as a failed client", server_round, reason)
         models: dict[int, OrderedDict[str, np.ndarray]] = {}
         losses = []
-        for reply in ok:
+        for reply in checked.valid:
             for cid, rec in client_arrays(reply).items():
                 models[cid] = to_numpy(rec)
             m = reply.content["metrics"]
             losses.append((float(m["train-loss"]), int(m["num-examples"])))
         expected = len(self.client_ids)
-        self.last_round = {"contributors": sorted(models), "failed-messages": len(bad) + 0}
         if not models:
             log.warning("round %d: no client replied; the model is unchanged", server_round)
             return None, MetricRecord({"num-contributors": 0, "num-failed": expected})

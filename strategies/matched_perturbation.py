@@ -9,9 +9,14 @@ clipped once to C and one z is added.
 
 Composed like Flower's ``DifferentialPrivacyServerSideFixedClipping`` (wrap any strategy,
 clip, delegate aggregation, add noise), with three differences: noise comes from an
-explicit seeded generator; sigma_abs is computed from the number of clients that
-actually contributed this round (never fewer than replied, so a failed client can only
-*raise* the noise, never under-noise the round); and every clipping event is recorded.
+explicit generator that no client can reproduce (privacy.randomness: OS entropy by default);
+sigma_abs is computed from the clients the server *asked* this round whose replies arrived
+valid (strategies.cohorts.check_replies: a reply that claims clients it was not asked for is
+rejected and counted as a failure, so no participant can shrink sigma, and a failed client can
+only *raise* the noise); and every clipping event is recorded.
+
+Threat model: the noise hides each client's update from the other clients and from anyone who
+sees the released models (the server is trusted to add it).
 """
 
 from __future__ import annotations
@@ -25,8 +30,10 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
 from flwr.serverapp import Grid
 
 from privacy.mechanisms import calibrate_sigma_abs, clip_by_l2, gaussian_noise_like
+from privacy.randomness import STREAM_MATCHED_PERTURBATION, NoiseSource
 from strategies.base import PatternStrategy
-from strategies.records import client_arrays, client_key, from_numpy, to_numpy, valid_replies
+from strategies.cohorts import check_replies
+from strategies.records import client_arrays, client_key, from_numpy, to_numpy
 
 log = logging.getLogger(__name__)
 CLIP_LEVELS = ("client", "aggregate")
@@ -41,7 +48,8 @@ class MatchedPerturbation(PatternStrategy):
     clip_norm : C.
     eps_cal, delta_cal : calibration of sigma_abs = (C / N) sqrt(2 ln(1.25/delta_cal)) / eps_cal.
     clip_at : "client" (Algorithm 1: every client update) or "aggregate" (Algorithm 2).
-    seed : seed of the noise generator (np.random.default_rng).
+    noise : where the noise randomness comes from (default: secure, OS entropy).
+    stream : labels mixed into a seeded noise source (e.g. the run seed), so runs differ.
     """
 
     def __init__(
@@ -51,7 +59,8 @@ class MatchedPerturbation(PatternStrategy):
         eps_cal: float,
         delta_cal: float,
         clip_at: str,
-        seed: int,
+        noise: NoiseSource | None = None,
+        stream: tuple[int, ...] = (),
     ) -> None:
         if clip_at not in CLIP_LEVELS:
             raise ValueError(f"clip_at must be one of {CLIP_LEVELS}, got {clip_at!r}")
@@ -61,8 +70,11 @@ class MatchedPerturbation(PatternStrategy):
         self.eps_cal = eps_cal
         self.delta_cal = delta_cal
         self.clip_at = clip_at
-        self.rng = np.random.default_rng([seed, 0xD9])
+        self.noise = noise or NoiseSource()
+        self.rng = self.noise.numpy_generator(STREAM_MATCHED_PERTURBATION, *stream)
+        self.array_claims = strategy.array_claims
         self._current: OrderedDict[str, np.ndarray] | None = None
+        self._sent: list[Message] = []
         self.clip_events: list[dict] = []  # one entry per clipped quantity, every round
 
     def summary(self) -> None:
@@ -77,7 +89,8 @@ class MatchedPerturbation(PatternStrategy):
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
         self._current = to_numpy(arrays)
-        return self.strategy.configure_train(server_round, arrays, config, grid)
+        self._sent = list(self.strategy.configure_train(server_round, arrays, config, grid))
+        return self._sent
 
     def _clip_model(self, server_round: int, who: str, model: OrderedDict[str, np.ndarray]) -> OrderedDict:
         assert self._current is not None
@@ -92,17 +105,23 @@ class MatchedPerturbation(PatternStrategy):
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
         if self._current is None:
             raise RuntimeError("aggregate_train called before configure_train")
-        replies = list(replies)
+        checked = check_replies(self._sent, replies, self.array_claims)
+        for reason in checked.rejected:
+            log.warning("round %d: %s; counted as a failed client", server_round, reason)
         n_events_before = len(self.clip_events)
         if self.clip_at == "client":
-            ok, _ = valid_replies(replies)
-            for reply in ok:
+            for reply in checked.valid:
                 for cid, rec in client_arrays(reply).items():
                     reply.content[client_key(cid)] = from_numpy(self._clip_model(server_round, f"client-{cid}",
                                                                                  to_numpy(rec)))
-        arrays, metrics = self.strategy.aggregate_train(server_round, replies)
+        arrays, metrics = self.strategy.aggregate_train(server_round, checked.replies)
         metrics = MetricRecord() if metrics is None else metrics
-        contributors = int(metrics.get("num-contributors", 0))
+        # The cohort is the server's plan: planned clients whose replies arrived valid.
+        contributors = len(checked.contributors)
+        if int(metrics.get("num-contributors", contributors)) != contributors:
+            raise RuntimeError(f"round {server_round}: the wrapped strategy counted "
+                               f"{metrics.get('num-contributors')} contributors, the plan {contributors}")
+        metrics["num-rejected"] = len(checked.rejected)
         if arrays is None or contributors == 0:
             # Nothing was released this round, so nothing needs noise.
             return None, metrics
@@ -120,3 +139,9 @@ class MatchedPerturbation(PatternStrategy):
         metrics["clip-fraction"] = metrics["clip-count"] / max(len(events), 1)
         metrics["update-norm-mean"] = float(np.mean([e["norm"] for e in events])) if events else 0.0
         return from_numpy(noised), metrics
+
+    def clip_summary(self) -> dict:
+        """Clipping over the whole run: frequency (%) and what was clipped."""
+        ev = self.clip_events
+        return {"clip_frequency_pct": 100.0 * float(np.mean([e["clipped"] for e in ev])) if ev else 0.0,
+                "clip_unit": "client updates" if self.clip_at == "client" else "rounds"}

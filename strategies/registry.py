@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from privacy.randomness import NoiseSource
 from strategies.base import PatternStrategy
 from strategies.fedavg_equal import EqualWeightFedAvg
 from strategies.matched_perturbation import MatchedPerturbation
@@ -33,9 +34,14 @@ def build_strategy(
     clip_norm: float | None = None,
     eps_cal: float | None = None,
     delta_cal: float = 1e-5,
-    seed: int = 0,
+    noise: NoiseSource | None = None,
+    stream: tuple[int, ...] = (),
 ) -> PatternStrategy:
-    """Build a framework's strategy, wrapped in matched perturbation when ``dp``."""
+    """Build a framework's strategy, wrapped in matched perturbation when ``dp``.
+
+    ``noise`` is where the DP noise comes from (default: secure, OS entropy); ``stream`` labels
+    (e.g. the run seed) are mixed into a seeded source so that different runs differ.
+    """
     if framework not in FRAMEWORKS:
         raise ValueError(f"unknown framework {framework!r}; allowed: {sorted(FRAMEWORKS)}")
     builder, clip_at = FRAMEWORKS[framework]
@@ -44,4 +50,4 @@ def build_strategy(
         return inner
     if clip_norm is None or eps_cal is None:
         raise ValueError("dp=True needs clip_norm and eps_cal")
-    return MatchedPerturbation(inner, clip_norm, eps_cal, delta_cal, clip_at, seed)
+    return MatchedPerturbation(inner, clip_norm, eps_cal, delta_cal, clip_at, noise, stream)

@@ -11,12 +11,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
-from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
+from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
 from flwr.serverapp import Grid
 
 from strategies.base import PatternStrategy
-from strategies.cohorts import build_train_messages, plan_cohorts
-from strategies.records import client_arrays, valid_replies
+from strategies.cohorts import build_train_messages, check_replies, plan_cohorts
+from strategies.records import client_arrays
 from strategies.transport import send_and_receive
 
 log = logging.getLogger(__name__)
@@ -26,13 +26,13 @@ class RelayGrid:
     """Grid view that sends a round's messages one at a time, passing the token along.
 
     Message k+1 carries the ArrayRecord returned for message k. A message that fails
-    (error reply or timeout) is recorded and skipped: the token goes on unchanged to the
-    next client, so one dead node does not end the round.
+    (error reply, timeout, or a reply that claims other clients than the hop asked for, see
+    strategies.cohorts.check_replies) is skipped: the token goes on unchanged to the next
+    client, so one dead or lying node does not end the round.
     """
 
     def __init__(self, grid: Grid) -> None:
         self._grid = grid
-        self.hops: list[dict] = []
 
     def __getattr__(self, name: str):
         return getattr(self._grid, name)
@@ -40,42 +40,34 @@ class RelayGrid:
     def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None) -> list[Message]:
         token: ArrayRecord | None = None
         replies: list[Message] = []
-        self.hops = []
         for msg in messages:
             if token is not None:
-                msg = Message(
-                    content=RecordDict({"arrays": token, "config": msg.content["config"]}),
-                    message_type=msg.metadata.message_type,
-                    dst_node_id=msg.metadata.dst_node_id,
-                )
-            got = send_and_receive(self._grid, [msg], timeout=timeout)
+                # The strategy's own message object travels (so its id matches the plan).
+                msg.content["arrays"] = token
+            checked = check_replies([msg], send_and_receive(self._grid, [msg], timeout=timeout), "last")
             clients = list(msg.content["config"]["client-ids"])
-            if got and not got[0].has_error():
-                arrays = client_arrays(got[0])
-                if len(arrays) != 1:
-                    raise ValueError(f"a chain reply must carry exactly one token, got {sorted(arrays)}")
-                token = next(iter(arrays.values()))
-                replies.append(got[0])
-                self.hops.append({"node": msg.metadata.dst_node_id, "clients": clients, "ok": True})
+            if checked.valid:
+                token = next(iter(client_arrays(checked.valid[0]).values()))
+                replies.append(checked.valid[0])
             else:
-                reason = got[0].error.reason if got else "no reply before timeout"
+                reason = (checked.failed[0].error.reason if checked.failed else
+                          checked.rejected[0] if checked.rejected else "no reply before timeout")
                 log.warning("chain hop to node %s (clients %s) failed: %s; passing the token on",
                             msg.metadata.dst_node_id, clients, reason)
-                self.hops.append({"node": msg.metadata.dst_node_id, "clients": clients, "ok": False,
-                                  "reason": str(reason)})
-                if got:
-                    replies.append(got[0])
+                replies.extend(checked.failed)
         return replies
 
 
 class SequentialDFL(PatternStrategy):
     """Token passing through ``client_ids`` in that fixed order every round."""
 
+    array_claims = "last"  # a hop's reply carries one token, under the hop's last client
+
     def __init__(self, client_ids: list[int], action: str, clients_per_message: int = 1) -> None:
         self.client_ids = list(client_ids)
         self.action = action
         self.clients_per_message = clients_per_message
-        self.last_round: dict = {}
+        self._sent: list[Message] = []
 
     def summary(self) -> None:
         log.info("SequentialDFL: chain of %d clients, %d per message", len(self.client_ids), self.clients_per_message)
@@ -88,20 +80,20 @@ class SequentialDFL(PatternStrategy):
     ) -> Iterable[Message]:
         config["server-round"] = server_round
         plan = plan_cohorts(self.client_ids, list(grid.get_node_ids()), self.clients_per_message)
-        return build_train_messages(plan, arrays, config, self.action)
+        self._sent = build_train_messages(plan, arrays, config, self.action)
+        return self._sent
 
     def aggregate_train(
         self, server_round: int, replies: Iterable[Message]
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
-        ok, _ = valid_replies(list(replies))
-        visited: list[int] = []
+        checked = check_replies(self._sent, replies, self.array_claims)
+        ok = checked.valid  # in chain order: the relay returns hops as they happened
+        visited = checked.contributors
         loss_sum, n_ex = 0.0, 0
         for reply in ok:
             m = reply.content["metrics"]
-            visited += [int(c) for c in m["client-ids"]]
             loss_sum += float(m["train-loss"]) * int(m["num-examples"])
             n_ex += int(m["num-examples"])
-        self.last_round = {"contributors": visited}
         if not ok:
             log.warning("round %d: every hop failed; the model is unchanged", server_round)
             return None, MetricRecord({"num-contributors": 0, "num-failed": len(self.client_ids)})

@@ -8,10 +8,15 @@ paper's formula n_eps C / m assumes, and :class:`SeededServerSideFixedClipping` 
 exactly those two hooks and nothing else:
 
 * the noise comes from NumPy's *global* ``np.random.normal`` (unseedable per run, shared with
-  every other library) -> here an explicit ``np.random.Generator``;
+  every other library) -> here an explicit ``np.random.Generator`` from privacy.randomness
+  (OS entropy by default: no client can reproduce it from what its messages carry);
 * m is the *configured* ``num_sampled_clients``, not the number of clients that replied: with
   a failed or excluded client the noise is sized for a cohort that did not contribute ->
-  here m = the number of replies without error, each round.
+  here m = the planned clients whose replies arrived valid, each round
+  (strategies.cohorts.check_replies: a reply speaking for another client is rejected).
+
+Threat model (both wrappers): the server is trusted; the noise hides each client's update from
+the other clients and from anyone who sees the released models.
 
 A third weakness is only guarded: Flower's ``clip_inputs_inplace`` divides by the update's
 norm, so a client returning the model unchanged raises ZeroDivisionError; here that is a
@@ -41,6 +46,7 @@ from flwr.supercore.differential_privacy import compute_stdv
 
 from privacy.mechanisms import clip_by_l2, gaussian_noise_like, global_l2_norm
 from privacy.personalized import personalized_sigmas
+from strategies.cohorts import CheckedReplies, check_replies
 from strategies.records import from_numpy, to_numpy
 from strategies.tabular_fedavg import reply_client_id
 
@@ -71,21 +77,31 @@ class SeededServerSideFixedClipping(DifferentialPrivacyServerSideFixedClipping):
         self.rng = rng
         self.rounds: dict[int, dict] = {}
         self._round = 0
+        self._sent: list[Message] = []
+
+    def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
+                        grid: Grid) -> Iterable[Message]:
+        self._sent = list(super().configure_train(server_round, arrays, config, grid))
+        return self._sent
 
     def aggregate_train(self, server_round: int,
                         replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
-        replies = list(replies)
-        ok = [r for r in replies if not r.has_error()]
+        checked = _checked(self._sent, replies, server_round)
+        ok = checked.valid
         self._round = server_round
         norms = update_norms(ok, self.current_arrays)
         zero = sorted(c for c, v in norms.items() if v == 0)
         if zero:
             raise ValueError(f"round {server_round}: client(s) {zero} returned the model unchanged (zero update); "
                              "Flower's server-side clipping divides by the update norm")
-        self.num_sampled_clients = max(1, len(ok))  # noise for the cohort that actually replied
-        self.rounds[server_round] = {"m": len(ok), "update_norms": norms,
+        # Noise for the planned clients that actually contributed (never for a forged cohort).
+        self.num_sampled_clients = max(1, len(checked.contributors))
+        self.rounds[server_round] = {"m": len(checked.contributors), "rejected": len(checked.rejected),
+                                     "update_norms": norms,
                                      "clipped": sum(v > self.clipping_norm for v in norms.values())}
-        return super().aggregate_train(server_round, replies)
+        # Only the valid replies go on: Flower's wrapper would skip the whole round on one error
+        # reply, which would let a single participant veto every release by lying.
+        return super().aggregate_train(server_round, ok)
 
     def _add_noise_to_aggregated_arrays(self, aggregated_arrays: ArrayRecord) -> ArrayRecord:
         sigma = compute_stdv(self.noise_multiplier, self.clipping_norm, self.num_sampled_clients)
@@ -122,6 +138,7 @@ class PersonalizedServerSideClipping(Strategy):
         self.rng = rng
         self.current_arrays = ArrayRecord()
         self.rounds: dict[int, dict] = {}
+        self._sent: list[Message] = []
 
     def summary(self) -> None:
         log.info("PDP (ARIREC-personalized, server-side): n_eps %s, C %s", self.noise_multiplier, self.clipping_norm)
@@ -138,15 +155,16 @@ class PersonalizedServerSideClipping(Strategy):
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
                         grid: Grid) -> Iterable[Message]:
         self.current_arrays = arrays
-        return self.strategy.configure_train(server_round, arrays, config, grid)
+        self._sent = list(self.strategy.configure_train(server_round, arrays, config, grid))
+        return self._sent
 
     def aggregate_train(self, server_round: int,
                         replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
-        replies = list(replies)
+        checked = _checked(self._sent, replies, server_round)
         # Sorted by client id: each client's noise draw does not depend on the arrival order.
-        ok = sorted((r for r in replies if not r.has_error()), key=reply_client_id)
-        if len(ok) < len(replies):
-            log.info("PDP round %d: %d error replies dropped", server_round, len(replies) - len(ok))
+        ok = sorted(checked.valid, key=reply_client_id)
+        if checked.failed:
+            log.info("PDP round %d: %d error or rejected replies dropped", server_round, len(checked.failed))
         if not ok:
             return None, None
         ids = [reply_client_id(r) for r in ok]
@@ -160,7 +178,7 @@ class PersonalizedServerSideClipping(Strategy):
             noise = gaussian_noise_like(clipped, sigmas[cid], self.rng)
             r.content["arrays"] = from_numpy(OrderedDict(
                 (k, (cur[k] + d + z).astype(w[k].dtype)) for k, d, z in zip(cur, clipped, noise)))
-        self.rounds[server_round] = {"m": len(ok), "sigmas": sigmas, "update_norms": norms,
+        self.rounds[server_round] = {"m": len(ok), "rejected": len(checked.rejected), "sigmas": sigmas, "update_norms": norms,
                                      "clipped": sum(v > self.clipping_norm for v in norms.values())}
         return self.strategy.aggregate_train(server_round, ok)
 
@@ -170,3 +188,11 @@ class PersonalizedServerSideClipping(Strategy):
 
     def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
         return self.strategy.aggregate_evaluate(server_round, replies)
+
+
+def _checked(sent: list[Message], replies: Iterable[Message], server_round: int) -> CheckedReplies:
+    """Replies matched to this round's plan (one client per message, model under ``arrays``)."""
+    checked = check_replies(sent, replies, array_claims="none")
+    for reason in checked.rejected:
+        log.warning("round %d: %s; counted as a failed client", server_round, reason)
+    return checked

@@ -60,6 +60,7 @@ class DflDpConfig:
     capture_victims: int = 0
     attack_round: int = 0
     round_timeout: float = 3600.0
+    noise_seed_file: str = ""  # "" = secure DP noise; else a local seed file (privacy.randomness)
 
     @property
     def victim_round(self) -> int:
@@ -135,5 +136,5 @@ def build_config(c: dict[str, Any]) -> DflDpConfig:
         grad_clip=float(c["grad-clip"]), clients_per_message=int(c["clients-per-message"]), device=c["device"],
         results_dir=c["results-dir"], run_name=c["run-name"], preset=c["preset"], data_part=c["data-part"],
         capture_victims=int(c["capture-victims"]), attack_round=int(c["attack-round"]),
-        round_timeout=float(c["round-timeout"]),
+        round_timeout=float(c["round-timeout"]), noise_seed_file=str(c["noise-seed-file"]),
     )

@@ -70,6 +70,7 @@ class TabularPdpConfig:
     results_dir: str
     run_name: str
     preset: str
+    noise_seed_file: str = ""  # "" = secure DP noise; else a local seed file (privacy.randomness)
 
     def to_json(self) -> str:
         """Serialized form carried in every message."""
@@ -175,7 +176,7 @@ def build_config(c: dict[str, Any]) -> TabularPdpConfig:
         drift_min_ratio=float(c["tab-drift-min-ratio"]), drift_recheck=recheck,
         drift_exclude=bool(c["tab-drift-exclude"]), poison=c["tab-poison"], poison_client=pc,
         poison_scale=float(c["tab-poison-scale"]), device=c["device"], results_dir=c["results-dir"],
-        run_name=c["run-name"], preset=c["preset"],
+        run_name=c["run-name"], preset=c["preset"], noise_seed_file=str(c["noise-seed-file"]),
     )
 
 

@@ -16,13 +16,23 @@ from flower_apps.ultrasound.config import UltrasoundConfig
 from flower_apps.ultrasound.data import build_data, data_key
 from flower_apps.ultrasound.models import model_skeleton
 from flower_apps.ultrasound.train import DpSettings, client_seed, evaluate, lr_at_round, train_local
+from privacy.randomness import NoiseSource
 from strategies.ultrasound_fl import client_of
 
 METRICS_KEY = "metrics"
 
 
-def dp_settings(cfg: UltrasoundConfig) -> DpSettings | None:
-    return DpSettings(cfg.noise_multiplier, cfg.max_grad_norm, cfg.grad_sample_mode) if cfg.dp_sgd else None
+def dp_settings(cfg: UltrasoundConfig, context: Context | None = None) -> DpSettings | None:
+    """DP-SGD settings; the noise source is the client's own (never derived from the run seed).
+
+    A SuperNode started with ``--node-config "noise-seed-file='...'"`` uses its own local file,
+    else the run config's ``noise-seed-file`` (read on this node), else OS entropy.
+    """
+    if not cfg.dp_sgd:
+        return None
+    node_file = str((context.node_config if context is not None else {}).get("noise-seed-file", ""))
+    noise = NoiseSource(node_file or cfg.noise_seed_file)
+    return DpSettings(cfg.noise_multiplier, cfg.max_grad_norm, cfg.grad_sample_mode, noise=noise)
 
 
 def train(msg: Message, context: Context) -> Message:
@@ -39,12 +49,12 @@ def train(msg: Message, context: Context) -> Message:
     x, y = data.client_train_data(cid)
     owners = data.train_owners()[data.client_train[cid]]
     if cfg.mode == "local":
-        return _local_only(msg, cfg, cid, model, x, y, owners, data, device, t0)
+        return _local_only(msg, cfg, cid, model, x, y, owners, data, device, t0, context)
     mu = float(conf["proximal-mu"]) if "proximal-mu" in conf else 0.0
     lr = lr_at_round(cfg.lr, server_round, cfg.num_rounds)
     stats = train_local(model, x, y, epochs=cfg.local_epochs, batch_size=cfg.batch_size, lr_for_epoch=lambda e: lr,
                         device=device, seed=client_seed(cfg.seed, server_round, cid), proximal_mu=mu,
-                        dp=dp_settings(cfg), owners=owners, profiles=data.profiles)
+                        dp=dp_settings(cfg, context), owners=owners, profiles=data.profiles)
     metrics = MetricRecord({
         "num-examples": int(len(y)), "client-id": cid, "train-loss": stats.loss, "steps": stats.steps,
         "train-seconds": stats.seconds, "step-seconds": stats.step_seconds, "lr": lr, "proximal-mu": mu,
@@ -54,7 +64,7 @@ def train(msg: Message, context: Context) -> Message:
     return Message(RecordDict({"arrays": state_to_record(model), METRICS_KEY: metrics}), reply_to=msg)
 
 
-def _local_only(msg, cfg, cid, model, x, y, owners, data, device, t0) -> Message:
+def _local_only(msg, cfg, cid, model, x, y, owners, data, device, t0, context) -> Message:
     """Local-only baseline: this client alone, T x E epochs with the same schedule, test after each T-step."""
     curve: list[float] = []
     e_per_round = cfg.local_epochs
@@ -65,7 +75,7 @@ def _local_only(msg, cfg, cid, model, x, y, owners, data, device, t0) -> Message
 
     stats = train_local(model, x, y, epochs=cfg.num_rounds * e_per_round, batch_size=cfg.batch_size,
                         lr_for_epoch=lambda e: lr_at_round(cfg.lr, -(-e // e_per_round), cfg.num_rounds),
-                        device=device, seed=client_seed(cfg.seed, 0, cid), dp=dp_settings(cfg), owners=owners,
+                        device=device, seed=client_seed(cfg.seed, 0, cid), dp=dp_settings(cfg, context), owners=owners,
                         profiles=data.profiles, on_epoch_end=on_epoch_end)
     test = evaluate(model, data.x["test"], data.y["test"], device)
     xv, yv = data.client_val_data(cid)

@@ -71,6 +71,7 @@ class UltrasoundConfig:
     results_dir: str
     run_name: str
     preset: str
+    noise_seed_file: str = ""  # "" = secure DP noise; else a local seed file (privacy.randomness)
 
     def to_json(self) -> str:
         """Serialized form carried in every message."""
@@ -183,4 +184,5 @@ def build_config(c: dict[str, Any]) -> UltrasoundConfig:
         dataset=c["dataset"], data_dir=str(c["data-dir"]), data_fraction=float(c["data-fraction"]),
         seed=int(c["seed"]), device=str(c["device"]), results_dir=str(c["results-dir"]),
         run_name=str(c["run-name"]), preset=str(c["preset"]),
+        noise_seed_file=str(c["noise-seed-file"]),
     )

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -21,6 +21,7 @@ from torch import nn
 from datasets.transforms import ScannerProfile, to_model_input, uint8_to_unit
 from flower_apps.ultrasound.metrics import classification_metrics
 from privacy.dpsgd import ghost_clipping_backward, make_private, unwrap
+from privacy.randomness import NoiseSource
 
 LR_MILESTONES = (0.5, 0.8)  # fractions of the rounds after which the lr is multiplied by LR_DECAY
 LR_DECAY = 0.1
@@ -34,6 +35,7 @@ class DpSettings:
     max_grad_norm: float
     grad_sample_mode: str = "ghost"
     poisson_sampling: bool = True  # False only in tests (fixed batches, to compare with a plain step)
+    noise: NoiseSource = field(default_factory=NoiseSource)  # secret by default (privacy.randomness)
 
 
 @dataclass
@@ -123,7 +125,7 @@ def train_local(
     if dp is not None:
         pt = make_private(model, opt, n, batch_size, noise_multiplier=dp.noise_multiplier,
                           max_grad_norm=dp.max_grad_norm, grad_sample_mode=dp.grad_sample_mode, seed=seed,
-                          poisson_sampling=dp.poisson_sampling)
+                          poisson_sampling=dp.poisson_sampling, noise=dp.noise)
         net, opt, loss_fn = pt.model, pt.optimizer, pt.criterion
     total, seen, steps = 0.0, 0, 0
     t0 = time.perf_counter()

@@ -37,7 +37,8 @@ def test_preset_applies_to_defaults_but_explicit_values_win():
 
 
 @pytest.mark.parametrize("bad,key,allowed", [
-    ({"bogus-key": 1}, "bogus-key", "allowed keys"),
+    ({"bogus-key": 1}, "bogus-key", "valid keys"),
+    ({"eps-call": 1.0}, "eps-call", "did you mean 'eps-cal'"),
     ({"clip-norm": 0.0}, "clip-norm", "> 0"),
     ({"clip-norm": -1.0}, "clip-norm", "> 0"),
     ({"eps-cal": 0.0}, "eps-cal", "> 0"),

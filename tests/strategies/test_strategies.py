@@ -8,6 +8,7 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDic
 from scipy import stats
 
 from privacy.mechanisms import calibrate_sigma_abs
+from privacy.randomness import NoiseSource
 from strategies.cohorts import config_record, plan_cohorts
 from strategies.fedavg_equal import EqualWeightFedAvg
 from strategies.matched_perturbation import MatchedPerturbation
@@ -104,7 +105,7 @@ def test_sequential_skips_failed_hop_and_passes_token(fake_grid_cls):
 @pytest.mark.parametrize("dp", [False, True])
 def test_contract_every_strategy_handles_all_failed(fake_grid_cls, framework, dp):
     grid = fake_grid_cls([1, 2], make_handler(framework), fail_nodes={1, 2})
-    s = build_strategy(framework, [0, 1], "x", dp=dp, clip_norm=1.0, eps_cal=1.0, seed=0)
+    s = build_strategy(framework, [0, 1], "x", dp=dp, clip_norm=1.0, eps_cal=1.0)
     arrays, metrics = one_round(s, grid, model_of(0.0))
     assert arrays is None  # model unchanged, no release, no noise needed
     assert metrics["num-contributors"] == 0
@@ -113,7 +114,7 @@ def test_contract_every_strategy_handles_all_failed(fake_grid_cls, framework, dp
 @pytest.mark.parametrize("framework", sorted(FRAMEWORKS))
 def test_contract_keys_and_shapes_preserved(fake_grid_cls, framework):
     grid = fake_grid_cls([1, 2, 3], make_handler(framework))
-    s = build_strategy(framework, [0, 1, 2], "x", dp=True, clip_norm=0.5, eps_cal=2.0, seed=1)
+    s = build_strategy(framework, [0, 1, 2], "x", dp=True, clip_norm=0.5, eps_cal=2.0)
     arrays, _ = one_round(s, grid, model_of(0.0))
     out = to_numpy(arrays)
     assert list(out) == list(SHAPES)
@@ -123,7 +124,7 @@ def test_contract_keys_and_shapes_preserved(fake_grid_cls, framework):
 def test_dp_fl_clips_each_update_and_adds_calibrated_noise(fake_grid_cls):
     n_clients, clip = 4, 0.5
     grid = fake_grid_cls([1, 2, 3, 4], make_handler("fl", step=1.0))
-    s = build_strategy("fl", list(range(n_clients)), "x", dp=True, clip_norm=clip, eps_cal=1e6, seed=3)
+    s = build_strategy("fl", list(range(n_clients)), "x", dp=True, clip_norm=clip, eps_cal=1e6)
     arrays, metrics = one_round(s, grid, model_of(0.0))
     # eps_cal huge -> negligible noise: result = mean of clipped updates; each update is (cid+1)*ones(9),
     # all with norm > 0.5, so each clipped update is 0.5 * ones/3 -> mean 1/6 per coordinate.
@@ -134,7 +135,7 @@ def test_dp_fl_clips_each_update_and_adds_calibrated_noise(fake_grid_cls):
 
 def test_dp_dfl_clips_round_update_once(fake_grid_cls):
     grid = fake_grid_cls([1, 2, 3], make_handler("dfl", step=1.0))
-    s = build_strategy("sequential-dfl", [0, 1, 2], "x", dp=True, clip_norm=0.3, eps_cal=1e6, seed=0)
+    s = build_strategy("sequential-dfl", [0, 1, 2], "x", dp=True, clip_norm=0.3, eps_cal=1e6)
     arrays, metrics = one_round(s, grid, model_of(0.0))
     np.testing.assert_allclose(to_numpy(arrays)["w"], 0.3 / 3, atol=1e-5)  # v - w = 3*ones(9), norm 9
     assert metrics["clip-total"] == 1 and metrics["clip-count"] == 1
@@ -147,7 +148,7 @@ def test_dp_noise_sd_matches_sigma_abs_statistically(fake_grid_cls):
     zero = OrderedDict((k, np.zeros(s, np.float32)) for k, s in shapes.items())
     models = {c: zero for c in range(4)}
     grid = fake_grid_cls([1, 2], make_handler("fl", models))
-    s = build_strategy("fl", list(range(4)), "x", clients_per_message=2, dp=True, clip_norm=1.0, eps_cal=2.0, seed=9)
+    s = build_strategy("fl", list(range(4)), "x", clients_per_message=2, dp=True, clip_norm=1.0, eps_cal=2.0)
     arrays, metrics = one_round(s, grid, zero)
     z = to_numpy(arrays)["w"].astype(float).ravel()
     sigma = calibrate_sigma_abs(1.0, 4, 2.0)
@@ -161,7 +162,7 @@ def test_dp_never_under_noised_when_a_client_fails(fake_grid_cls):
     shapes = {"w": (200, 200)}
     zero = OrderedDict((k, np.zeros(s, np.float32)) for k, s in shapes.items())
     grid = fake_grid_cls([1, 2, 3, 4], make_handler("fl", {c: zero for c in range(4)}), fail_nodes={2})
-    s = build_strategy("fl", list(range(4)), "x", dp=True, clip_norm=1.0, eps_cal=2.0, seed=4)
+    s = build_strategy("fl", list(range(4)), "x", dp=True, clip_norm=1.0, eps_cal=2.0)
     arrays, metrics = one_round(s, grid, zero)
     sigma3 = calibrate_sigma_abs(1.0, 3, 2.0)
     assert metrics["num-contributors"] == 3
@@ -171,13 +172,17 @@ def test_dp_never_under_noised_when_a_client_fails(fake_grid_cls):
     assert z.std() == pytest.approx(sigma3, rel=0.02)
 
 
-def test_dp_noise_reproducible_per_seed(fake_grid_cls):
-    outs = []
-    for _ in range(2):
+def test_dp_noise_reproducible_only_with_a_local_seed_file(fake_grid_cls, tmp_path):
+    secret = tmp_path / "noise.seed"
+    secret.write_text("3f2a9c")
+    outs = {}
+    for mode, noise in [("seeded", NoiseSource(str(secret))), ("seeded", NoiseSource(str(secret))),
+                        ("secure", NoiseSource()), ("secure", None)]:
         grid = fake_grid_cls([1, 2], make_handler("fl"))
-        s = build_strategy("fl", [0, 1], "x", dp=True, clip_norm=1.0, eps_cal=1.0, seed=5)
-        outs.append(to_numpy(one_round(s, grid, model_of(0.0))[0])["w"])
-    np.testing.assert_array_equal(outs[0], outs[1])
+        s = build_strategy("fl", [0, 1], "x", dp=True, clip_norm=1.0, eps_cal=1.0, noise=noise, stream=(5,))
+        outs.setdefault(mode, []).append(to_numpy(one_round(s, grid, model_of(0.0))[0])["w"])
+    np.testing.assert_array_equal(outs["seeded"][0], outs["seeded"][1])
+    assert not np.array_equal(outs["secure"][0], outs["secure"][1])
 
 
 def test_silent_node_times_out_and_is_treated_as_failed(fake_grid_cls):
@@ -203,6 +208,6 @@ def test_plan_cohorts_and_errors():
 
 def test_matched_perturbation_rejects_bad_arguments():
     with pytest.raises(ValueError, match="clip_at"):
-        MatchedPerturbation(EqualWeightFedAvg([0], "x"), 1.0, 1.0, 1e-5, "nowhere", 0)
+        MatchedPerturbation(EqualWeightFedAvg([0], "x"), 1.0, 1.0, 1e-5, "nowhere")
     with pytest.raises(ValueError, match="clip_norm"):
-        MatchedPerturbation(EqualWeightFedAvg([0], "x"), 0.0, 1.0, 1e-5, "client", 0)
+        MatchedPerturbation(EqualWeightFedAvg([0], "x"), 0.0, 1.0, 1e-5, "client")

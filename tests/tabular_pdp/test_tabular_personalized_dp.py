@@ -1,6 +1,7 @@
 """Personalized (ARIREC) noise, the GDP wrapper vs Flower's own class, and per-client accounting."""
 
 import math
+import uuid
 from collections import OrderedDict
 
 import numpy as np
@@ -24,11 +25,23 @@ def _arrays(w: np.ndarray) -> ArrayRecord:
     return ArrayRecord(OrderedDict({"w": Array(w.astype(np.float32))}))
 
 
-def _reply(cid: int, w: np.ndarray, n: int = 100) -> Message:
+SENT: dict[str, Message] = {}  # message id -> the train message the "server" sent
+
+
+def _reply(cid: int, w: np.ndarray, n: int = 100, claim: int | None = None) -> Message:
+    """Client ``cid``'s reply to its own train message (``claim``: the client id the reply says it is)."""
     out = Message(RecordDict({"config": ConfigRecord({"client-ids": [cid]})}), message_type="train.tabular_pdp",
                   dst_node_id=1)
+    out.metadata.__dict__["_message_id"] = str(uuid.uuid4())  # what the grid does when it pushes
+    SENT[out.metadata.message_id] = out
     return Message(RecordDict({"arrays": _arrays(w), "metrics": MetricRecord({"num-examples": n, "train-loss": 0.0}),
-                               "info": ConfigRecord({"client-id": cid})}), reply_to=out)
+                               "info": ConfigRecord({"client-id": cid if claim is None else claim})}), reply_to=out)
+
+
+def _planned(wrapper, replies: list[Message]) -> list[Message]:
+    """Register the round's sent messages with the wrapper, as its configure_train does in a run."""
+    wrapper._sent = [SENT[r.metadata.reply_to_message_id] for r in replies]
+    return replies
 
 
 class Spy(Strategy):
@@ -90,7 +103,7 @@ def test_pdp_wrapper_adds_noise_of_the_personalized_sd_to_each_client(rng):
                                          rng=np.random.default_rng(7))
     current = rng.normal(size=P)
     pdp.current_arrays = _arrays(current)
-    pdp.aggregate_train(1, [_reply(c, current) for c in (2, 0, 1)])  # arrival order does not matter
+    pdp.aggregate_train(1, _planned(pdp, [_reply(c, current) for c in (2, 0, 1)]))  # arrival order does not matter
     expected = personalized_sigmas([risks[c] for c in (0, 1, 2)], 0.05, 8.5)
     seen = {int(r.content["info"]["client-id"]): r for r in spy.seen}
     for cid, sigma in zip((0, 1, 2), expected):
@@ -106,7 +119,7 @@ def test_pdp_aggregate_noise_matches_gdp_for_equal_risks_through_fedavg():
     pdp = PersonalizedServerSideClipping(inner, 0.05, 8.5, {c: 0.12 for c in range(m)}, np.random.default_rng(1))
     current = np.zeros(P)
     pdp.current_arrays = _arrays(current)
-    agg, _ = pdp.aggregate_train(1, [_reply(c, current) for c in range(m)])
+    agg, _ = pdp.aggregate_train(1, _planned(pdp, [_reply(c, current) for c in range(m)]))
     assert _sd_consistent(agg["w"].numpy(), gdp_sigma(0.05, 8.5, m))
 
 
@@ -116,7 +129,7 @@ def test_pdp_wrapper_clips_each_update(rng):
     current = rng.normal(size=50)
     pdp.current_arrays = _arrays(current)
     small = current + 0.01
-    pdp.aggregate_train(1, [_reply(0, current + 10.0), _reply(1, small)])
+    pdp.aggregate_train(1, _planned(pdp, [_reply(0, current + 10.0), _reply(1, small)]))
     d0 = spy.seen[0].content["arrays"]["w"].numpy() - current.astype(np.float32)
     d1 = spy.seen[1].content["arrays"]["w"].numpy() - current.astype(np.float32)
     assert np.linalg.norm(d0) == pytest.approx(1.0, rel=1e-5)
@@ -140,7 +153,7 @@ def test_flower_gdp_sizes_noise_by_configured_cohort_and_uses_global_numpy():
         gdp = DifferentialPrivacyServerSideFixedClipping(ClientFedAvg([0, 1, 2, 3], "x"), 0.05, 8.5, 4)
         gdp.current_arrays = _arrays(current)
         np.random.seed(3)
-        agg, _ = gdp.aggregate_train(1, replies)  # 2 of 4 replied
+        agg, _ = gdp.aggregate_train(1, _planned(gdp, replies))  # 2 of 4 replied
         results.append(agg["w"].numpy())
     assert _sd_consistent(results[0], 0.05 * 8.5 / 4)
     assert not _sd_consistent(results[0], 0.05 * 8.5 / 2)
@@ -149,7 +162,7 @@ def test_flower_gdp_sizes_noise_by_configured_cohort_and_uses_global_numpy():
     gdp = DifferentialPrivacyServerSideFixedClipping(ClientFedAvg([0, 1], "x"), 0.05, 8.5, 2)
     gdp.current_arrays = _arrays(current)
     with pytest.raises(ZeroDivisionError):  # an unchanged model crashes Flower's clipping
-        gdp.aggregate_train(1, [_reply(0, current), _reply(1, current)])
+        gdp.aggregate_train(1, _planned(gdp, [_reply(0, current), _reply(1, current)]))
 
 
 def test_seeded_gdp_uses_the_actual_cohort_and_its_own_generator():
@@ -159,7 +172,7 @@ def test_seeded_gdp_uses_the_actual_cohort_and_its_own_generator():
         gdp = SeededServerSideFixedClipping(ClientFedAvg([0, 1, 2, 3], "x"), 0.05, 8.5, 4, np.random.default_rng(5))
         gdp.current_arrays = _arrays(current)
         state = np.random.get_state()[1].copy()
-        agg, _ = gdp.aggregate_train(1, replies)
+        agg, _ = gdp.aggregate_train(1, _planned(gdp, replies))
         assert np.array_equal(state, np.random.get_state()[1])  # global NumPy state untouched
         outs.append(agg["w"].numpy())
         assert gdp.rounds[1]["sigma"] == pytest.approx(0.05 * 8.5 / 2) and gdp.rounds[1]["m"] == 2
@@ -170,7 +183,7 @@ def test_seeded_gdp_uses_the_actual_cohort_and_its_own_generator():
     gdp = SeededServerSideFixedClipping(ClientFedAvg([0, 1], "x"), 0.05, 8.5, 2, np.random.default_rng(5))
     gdp.current_arrays = _arrays(current)
     with pytest.raises(ValueError, match=r"client\(s\) \[1\] returned the model unchanged"):
-        gdp.aggregate_train(1, [_reply(0, current + 1.0), _reply(1, current)])
+        gdp.aggregate_train(1, _planned(gdp, [_reply(0, current + 1.0), _reply(1, current)]))
 
 
 def test_gdp_clips_the_update_before_averaging(rng):
@@ -180,7 +193,7 @@ def test_gdp_clips_the_update_before_averaging(rng):
     far, near = current.copy(), current.copy()
     far[0] += 10.0
     near[1] += 0.1
-    agg, _ = gdp.aggregate_train(1, [_reply(0, far), _reply(1, near)])
+    agg, _ = gdp.aggregate_train(1, _planned(gdp, [_reply(0, far), _reply(1, near)]))
     step = agg["w"].numpy() - current.astype(np.float32)
     # client 0's update (10, 0, ...) is clipped to (1, 0, ...); client 1's (0, 0.1, ...) is kept; equal weights
     assert step[0] == pytest.approx(0.5, rel=1e-4) and step[1] == pytest.approx(0.05, rel=1e-3)

@@ -14,6 +14,7 @@ from timm.layers import BatchNormAct2d, GroupNormAct
 from torch import nn
 
 from flower_apps.ultrasound.train import DpSettings, lr_at_round, proximal_term, train_local
+from privacy.randomness import NoiseSource
 from privacy.dpsgd import make_opacus_compatible, make_private, unwrap
 
 torch.set_num_threads(1)
@@ -32,12 +33,13 @@ def data(n: int = 6, seed: int = 0):
     return torch.randn(n, 3, 8, 8, generator=g), torch.randint(0, 3, (n,), generator=g)
 
 
-def dp_step(model, x, y, c: float, z: float, lr: float = 0.5, loss_scale: float = 1.0, seed: int = 0):
+def dp_step(model, x, y, c: float, z: float, lr: float = 0.5, loss_scale: float = 1.0, seed: int = 0,
+            noise: NoiseSource | None = None):
     opt = torch.optim.SGD(model.parameters(), lr=lr)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         pt = make_private(model, opt, len(y), len(y), noise_multiplier=z, max_grad_norm=c, poisson_sampling=False,
-                          seed=seed)
+                          seed=seed, noise=noise)
     (idx,) = next(iter(pt.loader))
     pt.optimizer.zero_grad()
     (loss_scale * pt.criterion(pt.model(x[idx]), y[idx])).backward()
@@ -81,14 +83,16 @@ def test_small_clip_norm_clips_each_per_sample_gradient():
         torch.testing.assert_close(p.detach(), e, rtol=1e-4, atol=1e-6)
 
 
-def test_noise_sd_is_z_times_c_over_batch():
+def test_noise_sd_is_z_times_c_over_batch(tmp_path):
     """Zero data gradient: the update is pure noise N(0, (z C / B)^2) per coordinate (chi-square test)."""
+    (tmp_path / "seed").write_text("client-secret")
+    seeded = NoiseSource(str(tmp_path / "seed"))
     torch.manual_seed(0)
     model = nn.Sequential(nn.Flatten(), nn.Linear(192, 64))
     before = [p.detach().clone() for p in model.parameters()]
     x, y64 = torch.randn(8, 3, 8, 8), torch.randint(0, 64, (8,))
     z, c, lr = 1.3, 0.7, 1.0
-    after = dp_step(model, x, y64, c=c, z=z, lr=lr, loss_scale=0.0, seed=11)
+    after = dp_step(model, x, y64, c=c, z=z, lr=lr, loss_scale=0.0, seed=11, noise=seeded)
     noise = torch.cat([(b - a.detach()).flatten() for a, b in zip(after.parameters(), before)]).numpy()
     sigma = z * c / 8
     n = noise.size
@@ -99,11 +103,32 @@ def test_noise_sd_is_z_times_c_over_batch():
     assert not (stats.chi2.ppf(0.0005, n - 1) < stat / 1.2**2 < stats.chi2.ppf(0.9995, n - 1))
     torch.manual_seed(0)
     twin = nn.Sequential(nn.Flatten(), nn.Linear(192, 64))
-    twin_after = dp_step(twin, x, y64, c=c, z=z, lr=lr, loss_scale=0.0, seed=11)
-    torch.testing.assert_close(next(twin_after.parameters()), next(after.parameters()))  # same seed, same noise
+    twin_after = dp_step(twin, x, y64, c=c, z=z, lr=lr, loss_scale=0.0, seed=11, noise=seeded)
+    torch.testing.assert_close(next(twin_after.parameters()), next(after.parameters()))  # same file+seed, same noise
     torch.manual_seed(0)
-    other = dp_step(nn.Sequential(nn.Flatten(), nn.Linear(192, 64)), x, y64, c=c, z=z, lr=lr, loss_scale=0.0, seed=12)
+    other = dp_step(nn.Sequential(nn.Flatten(), nn.Linear(192, 64)), x, y64, c=c, z=z, lr=lr, loss_scale=0.0, seed=12,
+                    noise=seeded)
     assert not torch.equal(next(other.parameters()), next(after.parameters()))  # another seed, other noise
+
+
+def test_server_cannot_reproduce_client_dpsgd_noise_from_the_seed_it_chose():
+    """Secure mode (default): the same model, data and (server-chosen) seed give different noise each time,
+    and none of the generators the server could seed from that seed reproduces it."""
+    x, y64 = torch.randn(8, 3, 8, 8), torch.randint(0, 64, (8,))
+    runs = []
+    for _ in range(2):
+        torch.manual_seed(0)
+        before = [p.detach().clone() for p in nn.Sequential(nn.Flatten(), nn.Linear(192, 64)).parameters()]
+        torch.manual_seed(0)
+        after = dp_step(nn.Sequential(nn.Flatten(), nn.Linear(192, 64)), x, y64, c=0.7, z=1.3, lr=1.0,
+                        loss_scale=0.0, seed=11)
+        runs.append((before[0] - next(after.parameters()).detach()).flatten())
+    assert not torch.equal(runs[0], runs[1])
+    sigma = 1.3 * 0.7 / 8
+    for guess in (11, 12, 10, 0):  # the old derivation used seed + 1; try the seed's neighbours too
+        g = torch.Generator().manual_seed(guess)
+        z = torch.normal(0.0, sigma, size=(64, 192), generator=g).flatten()
+        assert not torch.allclose(z, runs[0], atol=1e-6) and not torch.allclose(-z, runs[0], atol=1e-6)
 
 
 def test_fedprox_term_hand_computation():
