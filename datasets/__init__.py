@@ -5,7 +5,7 @@ name. It therefore shadows Hugging Face's ``datasets``: this project must not de
 it, directly or through ``flwr-datasets``.
 """
 
-from datasets.base import ArrayDataset
+from datasets.base import ArrayDataset, DataError
 from datasets.registry import DATASETS, load_dataset
 
-__all__ = ["ArrayDataset", "DATASETS", "load_dataset"]
+__all__ = ["ArrayDataset", "DATASETS", "DataError", "load_dataset"]

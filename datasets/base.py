@@ -3,12 +3,45 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
 
-class DatasetUnavailableError(FileNotFoundError):
-    """Raised when a dataset's files are not on this machine; the message says how to get them."""
+class DataError(ValueError):
+    """A dataset that cannot be used.
+
+    The message is one line naming the file, column or path at fault and what was
+    expected, so that a run stops with that line instead of a traceback per client.
+    """
+
+
+class DatasetUnavailableError(DataError, FileNotFoundError):
+    """A dataset's files are not on this machine (or not where data-dir says); the message says how to get them."""
+
+
+def one_line(text: object) -> str:
+    """``text`` with its line breaks and runs of whitespace collapsed (library messages span lines)."""
+    return " ".join(str(text).split())
+
+
+def check_data_dir(data_dir: str | Path | None, expected: str) -> Path | None:
+    """``data_dir`` as a Path (None when not given); a given path that does not exist is an error.
+
+    Without this check a typo in data-dir reads as "dataset not found, put it in <defaults>"
+    or, worse, silently falls back to a reduced or synthetic source.
+
+    Parameters
+    ----------
+    data_dir : the run's data-dir ('' or None: not given).
+    expected : what the path should hold, for the message ("the MNIST IDX files or their folder").
+    """
+    if not data_dir:
+        return None
+    path = Path(data_dir)
+    if not path.exists():
+        raise DatasetUnavailableError(f"data-dir '{path}' does not exist; expected {expected}")
+    return path
 
 
 @dataclass(frozen=True)

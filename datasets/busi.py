@@ -20,7 +20,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from datasets.base import DatasetUnavailableError
+from datasets.base import DataError, DatasetUnavailableError, check_data_dir, one_line
 from datasets.sources import DEFAULT_DATA_HOME
 from datasets.splits import stratified_split, subsample_stratified
 
@@ -85,6 +85,8 @@ def find_busi_root(data_dir: str | Path | None = None) -> Path | None:
 def _describe(folder: Path) -> str:
     if not folder.exists():
         return "the folder does not exist"
+    if not folder.is_dir():
+        return "it is a file, not a folder"
     entries = sorted(p.name + ("/" if p.is_dir() else "") for p in folder.iterdir())
     return f"found {entries[:12]}{' ...' if len(entries) > 12 else ''}" if entries else "the folder is empty"
 
@@ -137,13 +139,25 @@ def load_breastmnist(path: str | Path) -> UltrasoundImages:
     """MedMNIST BreastMNIST (binary: 0 malignant, 1 normal+benign); train/val/test are pooled so the
     study's own splits apply. Base labels are re-indexed to ``BREASTMNIST_CLASSES``."""
     path = Path(path)
-    with np.load(path) as z:
+    try:
+        z = np.load(path)
+    except (OSError, EOFError, ValueError) as exc:
+        raise DatasetLayoutError(f"BreastMNIST: {path} is not a readable .npz file ({one_line(exc)})") from exc
+    if not hasattr(z, "files"):  # np.load also reads a bare .npy array
+        raise DatasetLayoutError(f"BreastMNIST: expected an .npz archive with train_images/train_labels/... "
+                                 f"in {path}, got a single array")
+    with z:
         parts = [k for k in ("train", "val", "test") if f"{k}_images" in z]
         if not parts:
             raise DatasetLayoutError(f"BreastMNIST: expected arrays train_images/train_labels/... in {path}, "
                                      f"found {sorted(z.files)}")
+        absent = [f"{k}_labels" for k in parts if f"{k}_labels" not in z]
+        if absent:
+            raise DatasetLayoutError(f"BreastMNIST: {path} has images but no {', '.join(absent)}")
         x = np.concatenate([z[f"{k}_images"] for k in parts])
         y = np.concatenate([z[f"{k}_labels"].reshape(-1) for k in parts]).astype(np.int64)
+    if len(x) != len(y):
+        raise DatasetLayoutError(f"BreastMNIST: {path} has {len(x)} images but {len(y)} labels")
     if x.dtype != np.uint8:
         raise DatasetLayoutError(f"BreastMNIST: expected uint8 images in {path}, got {x.dtype}")
     base = np.where(y == 1, 0, 1)  # 1 (normal, benign) -> 0 'normal+benign'; 0 (malignant) -> 1
@@ -198,23 +212,31 @@ def load_ultrasound(name: str, data_dir: str | Path | None = None, *, allow_synt
 
     A missing real source raises :class:`DatasetUnavailableError` saying where to put it,
     unless ``allow_synthetic_fallback`` (smoke runs), in which case the synthetic set is
-    returned with a loud warning and a note in its ``notes``.
+    returned with a loud warning and a note in its ``notes``. An explicit ``data_dir`` that
+    does not exist, or that exists with a wrong layout, is always an error: the fallback
+    covers "no BUSI on this machine", not a mistyped path.
     """
     if name not in ULTRASOUND_SOURCES:
-        raise ValueError(f"unknown ultrasound dataset {name!r}; allowed: {list(ULTRASOUND_SOURCES)}")
+        raise DataError(f"unknown ultrasound dataset {name!r}; allowed: {list(ULTRASOUND_SOURCES)}")
     if name == "synthetic":
         return synthetic_ultrasound(size=synthetic_size)
     if name == "busi":
+        check_data_dir(data_dir, f"a BUSI folder with {', '.join(c + '/' for c in BUSI_CLASSES)} "
+                                 f"(or {BUSI_FOLDER}/ holding them)")
         root = find_busi_root(data_dir)
         if root is not None:
             return load_busi(root)
-        if data_dir and Path(data_dir).is_dir():
-            return load_busi(data_dir)  # an explicit folder with a wrong layout is an error, not a fallback
+        if data_dir:
+            return load_busi(data_dir)  # an explicit path with a wrong layout is an error, not a fallback
         msg = f"BUSI not found: {BUSI_HOWTO}"
     else:
+        check_data_dir(data_dir, "breastmnist.npz (from medmnist) or a folder holding breastmnist*.npz")
         path = find_breastmnist(data_dir)
         if path is not None:
             return load_breastmnist(path)
+        if data_dir:  # an explicit folder without the file is an error, not a fallback
+            raise DatasetLayoutError(f"BreastMNIST: expected breastmnist*.npz in data-dir '{data_dir}' but "
+                                     f"{_describe(Path(data_dir))}")
         msg = ("BreastMNIST not found: put breastmnist.npz (or breastmnist_<size>.npz, from medmnist) in one of "
                f"{[str(d) for d in BREASTMNIST_DEFAULT_DIRS]}, or pass data-dir=<file or folder>")
     if not allow_synthetic_fallback:

@@ -34,6 +34,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from datasets.base import DataError, DatasetUnavailableError, check_data_dir, one_line
+
 COUNTRY_COUNTS: dict[str, int] = {
     "Australia": 5092, "Brazil": 5004, "Canada": 4864, "China": 4913, "Germany": 5024,
     "India": 5040, "Pakistan": 4926, "Russia": 5017, "UK": 5060, "USA": 5060,
@@ -69,8 +71,8 @@ DEFAULT_CSV_NAME = "global_cancer_patients_2015_2024.csv"
 SOURCES = ("cancer-synthetic", "cancer-csv")
 
 
-class CancerSchemaError(ValueError):
-    """A cancer table that does not match the schema; the message names the column."""
+class CancerSchemaError(DataError):
+    """A cancer table that does not match the schema; the message names the file and the column."""
 
 
 def severity_score(df: pd.DataFrame) -> np.ndarray:
@@ -165,16 +167,22 @@ def validate_cancer_table(df: pd.DataFrame, required: Iterable[str] = COLUMNS, s
 
 
 def load_cancer_csv(path: str | Path, required: Iterable[str] = COLUMNS) -> pd.DataFrame:
-    """Read and validate a CSV of the table (a folder means ``<folder>/global_cancer_patients_2015_2024.csv``)."""
-    p = Path(path)
+    """Read and validate a CSV of the table (a folder means ``<folder>/global_cancer_patients_2015_2024.csv``).
+
+    Every failure is a :class:`DataError` with a one-line message naming the file (and the
+    column, for schema errors); a path that does not exist says so.
+    """
+    p = check_data_dir(path, f"the cancer CSV file or a folder holding {DEFAULT_CSV_NAME}")
+    if p is None:
+        raise DatasetUnavailableError("the cancer CSV needs a path: set data-dir to the CSV file or its folder")
     if p.is_dir():
         p = p / DEFAULT_CSV_NAME
     if not p.is_file():
-        raise FileNotFoundError(f"cancer CSV not found: {p} (set data-dir to the CSV file or its folder)")
+        raise DatasetUnavailableError(f"cancer CSV not found: {p} (set data-dir to the CSV file or its folder)")
     try:
         df = pd.read_csv(p, skipinitialspace=True)
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
-        raise CancerSchemaError(f"{p}: not a readable CSV ({exc})") from exc
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, OSError) as exc:
+        raise CancerSchemaError(f"{p}: not a readable CSV ({one_line(exc)})") from exc
     return validate_cancer_table(df, required, source=str(p))
 
 
@@ -192,6 +200,6 @@ def load_cancer(source: str, data_dir: str = "") -> tuple[pd.DataFrame, list[str
         return generate_cancer_table(), [describe_source(source)]
     if source == "cancer-csv":
         if not data_dir:
-            raise FileNotFoundError("dataset 'cancer-csv' needs data-dir = the CSV file or its folder")
+            raise DatasetUnavailableError("dataset 'cancer-csv' needs data-dir = the CSV file or its folder")
         return load_cancer_csv(data_dir), [describe_source(source, data_dir)]
-    raise ValueError(f"unknown cancer source {source!r}; allowed: {list(SOURCES)}")
+    raise DataError(f"unknown cancer source {source!r}; allowed: {list(SOURCES)}")

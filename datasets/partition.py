@@ -5,21 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import numpy as np
+from registry import Registry
 
 Partitioner = Callable[..., list[np.ndarray]]
-PARTITIONERS: dict[str, Partitioner] = {}
-
-
-def register_partitioner(name: str) -> Callable[[Partitioner], Partitioner]:
-    """Decorator registering a partitioner; duplicate names are refused."""
-
-    def deco(fn: Partitioner) -> Partitioner:
-        if name in PARTITIONERS:
-            raise ValueError(f"partitioner {name!r} is already registered")
-        PARTITIONERS[name] = fn
-        return fn
-
-    return deco
+PARTITIONERS: Registry[Partitioner] = Registry("partitioner")
+register_partitioner = PARTITIONERS.decorator  # @register_partitioner("name"); duplicate names are refused
 
 
 def _check(labels: np.ndarray, num_clients: int) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from datasets.base import ArrayDataset
+from datasets.base import ArrayDataset, DataError
 from datasets.sources import load_cifar10, load_fashion_mnist, load_mnist, load_mnist_idx, load_mnist_subset
 
 Loader = Callable[[str | Path | None], ArrayDataset]
@@ -27,7 +27,7 @@ register_dataset("cifar10", load_cifar10)
 
 
 def load_dataset(name: str, data_dir: str | Path | None = None) -> ArrayDataset:
-    """Load a registered dataset by name."""
+    """Load a registered dataset by name; an unknown name or unusable files raise :class:`DataError`."""
     if name not in DATASETS:
-        raise ValueError(f"unknown dataset {name!r}; allowed: {sorted(DATASETS)}")
+        raise DataError(f"unknown dataset {name!r}; allowed: {sorted(DATASETS)}")
     return DATASETS[name](data_dir)

@@ -2,7 +2,8 @@
 
 None of them downloads anything at run time. Each looks in the directory the user
 gives (or the documented default places) and raises :class:`DatasetUnavailableError`
-saying where to put the files when they are missing.
+saying where to put the files when they are missing; a data-dir that does not exist, or a
+malformed file, is a :class:`DataError` naming the path.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from datasets.base import ArrayDataset, DatasetUnavailableError
+from datasets.base import ArrayDataset, DataError, DatasetUnavailableError, check_data_dir, one_line
 from datasets.idx import load_idx_pair
 
 log = logging.getLogger(__name__)
@@ -33,6 +34,7 @@ MNIST_HOWTO = (
     "python -c \"import torchvision; torchvision.datasets.MNIST('{dir}', download=True)\" "
     "and copy the folder over."
 )
+IDX_EXPECTED = "a folder with the four {name} IDX files (train/t10k images and labels, plain or .gz)"
 
 
 def _candidates(data_dir: str | Path | None, name: str) -> list[Path]:
@@ -45,6 +47,7 @@ def _candidates(data_dir: str | Path | None, name: str) -> list[Path]:
 
 def load_mnist_idx(data_dir: str | Path | None = None) -> ArrayDataset:
     """Full MNIST (60,000 + 10,000) from local IDX files."""
+    check_data_dir(data_dir, IDX_EXPECTED.format(name="MNIST"))
     for d in _candidates(data_dir, "mnist"):
         train, test = load_idx_pair(d, "train"), load_idx_pair(d, "t10k")
         if train is not None and test is not None:
@@ -71,7 +74,11 @@ def load_mnist_subset() -> ArrayDataset:
 
 
 def load_mnist(data_dir: str | Path | None = None) -> ArrayDataset:
-    """Full MNIST when its files are present, else the offline 5,000-digit subset (logged)."""
+    """Full MNIST when its files are present, else the offline 5,000-digit subset (logged).
+
+    A data-dir that is given but does not exist is an error, not a reason to fall back.
+    """
+    check_data_dir(data_dir, IDX_EXPECTED.format(name="MNIST"))
     try:
         return load_mnist_idx(data_dir)
     except DatasetUnavailableError as exc:
@@ -84,6 +91,7 @@ def load_fashion_mnist(data_dir: str | Path | None = None) -> ArrayDataset:
 
     Debian's ``dataset-fashion-mnist`` package installs them in /usr/share/datasets/fashion-mnist.
     """
+    check_data_dir(data_dir, IDX_EXPECTED.format(name="Fashion-MNIST"))
     dirs = _candidates(data_dir, "fashion-mnist") + [FASHION_DEBIAN_DIR]
     for d in dirs:
         train, test = load_idx_pair(d, "train"), load_idx_pair(d, "t10k")
@@ -99,6 +107,7 @@ def load_fashion_mnist(data_dir: str | Path | None = None) -> ArrayDataset:
 
 def load_cifar10(data_dir: str | Path | None = None) -> ArrayDataset:
     """CIFAR-10 from the python-pickle batches (``cifar-10-batches-py``)."""
+    check_data_dir(data_dir, "a folder with cifar-10-batches-py/ (data_batch_1..5, test_batch)")
     for d in _candidates(data_dir, "cifar10"):
         for base in (d / "cifar-10-batches-py", d):
             if (base / "data_batch_1").is_file() and (base / "test_batch").is_file():
@@ -113,10 +122,17 @@ def load_cifar10(data_dir: str | Path | None = None) -> ArrayDataset:
 
 def _read_cifar_batches(base: Path) -> ArrayDataset:
     def read(name: str) -> tuple[np.ndarray, np.ndarray]:
-        with open(base / name, "rb") as fh:
-            batch = pickle.load(fh, encoding="bytes")
-        x = np.asarray(batch[b"data"], dtype=np.uint8).reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1)
-        return x, np.asarray(batch[b"labels"], dtype=np.int64)
+        try:
+            with open(base / name, "rb") as fh:
+                batch = pickle.load(fh, encoding="bytes")
+            x = np.asarray(batch[b"data"], dtype=np.uint8).reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1)
+            y = np.asarray(batch[b"labels"], dtype=np.int64)
+        except (OSError, EOFError, pickle.UnpicklingError, KeyError, TypeError, ValueError) as exc:
+            raise DataError(f"{base / name}: not a CIFAR-10 python batch (expected a pickled dict with b'data' "
+                            f"(n, 3072) uint8 and b'labels'): {type(exc).__name__} {one_line(exc)}") from exc
+        if len(x) != len(y):
+            raise DataError(f"{base / name}: {len(x)} images but {len(y)} labels")
+        return x, y
 
     parts = [read(f"data_batch_{i}") for i in range(1, 6) if (base / f"data_batch_{i}").is_file()]
     xt, yt = read("test_batch")

@@ -83,3 +83,27 @@ def subsample_stratified(labels: np.ndarray, fraction: float, seed: int) -> np.n
     if fraction == 1:
         return np.arange(len(labels))
     return stratified_split(labels, [fraction], np.random.default_rng([seed, 11]))[0]
+
+
+def train_and_test(x: np.ndarray, y: np.ndarray, x_test: np.ndarray | None, y_test: np.ndarray | None,
+                   test_fraction: float, data_fraction: float, seed: int, holdout_seed: int = 0,
+                   holdout_note: str = "") -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, list[str]]:
+    """Training and test arrays of a source, and notes on what was done to them.
+
+    A source without a test set gets a stratified ``test_fraction`` held out with ``holdout_seed``
+    (the same for every run seed); then a stratified ``data_fraction`` of the training part is kept
+    (seeded by ``seed``). Returns (x, y, x_test, y_test, notes).
+    """
+    notes = []
+    y = np.asarray(y)
+    if x_test is None or y_test is None:
+        tr, te = stratified_holdout(y, test_fraction, holdout_seed)
+        x_test, y_test = x[te], y[te]
+        x, y = x[tr], y[tr]
+        notes.append(f"no separate test set: a stratified {test_fraction:.0%} ({len(te)} images) was held out"
+                     + holdout_note)
+    if data_fraction < 1:
+        keep = subsample_stratified(y, data_fraction, seed)
+        x, y = x[keep], y[keep]
+        notes.append(f"data-fraction {data_fraction}: {len(keep)} training images used")
+    return x, y, x_test, np.asarray(y_test), notes

@@ -146,3 +146,10 @@ def scanner_profiles(num_clients: int, rng: np.random.Generator, strength: float
         rot = float(rng.uniform(0.0, 20.0) * strength)
         profiles.append(ScannerProfile((b0 - bw, b0 + bw), (max(c0 - cw, 0.05), c0 + cw), min(rot, 180.0)))
     return profiles
+
+
+def normalize_images(x: np.ndarray, mean: tuple[float, ...], std: tuple[float, ...]) -> torch.Tensor:
+    """uint8 (n, H, W) or (n, H, W, C) -> float (n, C, H, W), scaled to [0, 1] then standardized per channel."""
+    t = torch.from_numpy(x).float().div_(255.0)
+    t = t.unsqueeze(1) if t.ndim == 3 else t.permute(0, 3, 1, 2)
+    return ((t - torch.tensor(mean).view(1, -1, 1, 1)) / torch.tensor(std).view(1, -1, 1, 1)).contiguous()

@@ -12,14 +12,40 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from flwr.app import Context, Message
+from flwr.app import Context
 from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 
-from flower_apps.config import resolve
+from datasets.base import DataError
+from flower_apps.config import ConfigError, resolve
 from flower_apps.studies import STUDIES
 
 log = logging.getLogger("flwr")
+
+# A run refused before any work (bad config or data) is the user's input, not a crash.
+REFUSALS = (ConfigError, DataError)
+
+
+class OneLineRefusals(logging.Filter):
+    """Log a refused run as one line instead of a traceback.
+
+    Flower logs any ServerApp exception with its traceback (``exc_info``). For the refusals
+    above the message already names the key or file at fault, so the record is rewritten to
+    that one line; the run still ends as failed. Every other exception keeps its traceback.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, REFUSALS):
+            record.msg, record.args = "run refused before any work: %s", (str(exc),)
+            record.exc_info, record.exc_text = None, None
+        return True
+
+
+def install_one_line_refusals() -> None:
+    """Add :class:`OneLineRefusals` to Flower's logger once (public logging API, no patching)."""
+    if not any(isinstance(f, OneLineRefusals) for f in log.filters):
+        log.addFilter(OneLineRefusals())
 
 
 def prepare(raw: dict[str, Any]):
@@ -31,6 +57,7 @@ def prepare(raw: dict[str, Any]):
 def make_server_app(overrides: dict[str, Any] | None = None) -> ServerApp:
     """A ServerApp; ``overrides`` (for in-process runs) are applied on top of the run config."""
     app = ServerApp()
+    install_one_line_refusals()
 
     @app.main()
     def main(grid: Grid, context: Context) -> None:

@@ -15,7 +15,8 @@ import torch
 
 from datasets.partition import class_counts, dirichlet_partition
 from datasets.registry import load_dataset
-from datasets.splits import four_way_split, stratified_holdout, subsample_stratified
+from datasets.splits import four_way_split, train_and_test
+from datasets.transforms import normalize_images
 
 log = logging.getLogger(__name__)
 TEST_HOLDOUT_SEED = 0  # the held-out test set (when the source has none) is the same for every seed
@@ -58,32 +59,14 @@ class DataPlan:
         return class_counts(self.y[self.train_part].numpy(), self.client_indices, self.num_classes)
 
 
-def _normalize(x: np.ndarray, mean: tuple[float, ...], std: tuple[float, ...]) -> torch.Tensor:
-    t = torch.from_numpy(x).float().div_(255.0)
-    t = t.unsqueeze(1) if t.ndim == 3 else t.permute(0, 3, 1, 2)
-    m = torch.tensor(mean).view(1, -1, 1, 1)
-    s = torch.tensor(std).view(1, -1, 1, 1)
-    return ((t - m) / s).contiguous()
-
-
 @functools.lru_cache(maxsize=4)
 def build_data_plan(key: DataKey) -> DataPlan:
     """Load, hold out a test set if needed, subsample, split four ways, partition. Cached."""
     ds = load_dataset(key.dataset, key.data_dir or None)
-    notes = list(ds.notes)
-    x_all, y_all = ds.x_train, ds.y_train
-    if ds.x_test is None:
-        tr, te = stratified_holdout(y_all, key.test_fraction, TEST_HOLDOUT_SEED)
-        x_test, y_test = x_all[te], y_all[te]
-        x_all, y_all = x_all[tr], y_all[tr]
-        notes.append(f"no separate test set: a stratified {key.test_fraction:.0%} ({len(te)} images) was held out "
-                     "before the four-way split")
-    else:
-        x_test, y_test = ds.x_test, ds.y_test
-    if key.data_fraction < 1:
-        keep = subsample_stratified(y_all, key.data_fraction, key.seed)
-        x_all, y_all = x_all[keep], y_all[keep]
-        notes.append(f"data-fraction {key.data_fraction}: {len(keep)} training images used")
+    x_all, y_all, x_test, y_test, done = train_and_test(ds.x_train, ds.y_train, ds.x_test, ds.y_test,
+                                                        key.test_fraction, key.data_fraction, key.seed,
+                                                        TEST_HOLDOUT_SEED, " before the four-way split")
+    notes = list(ds.notes) + done
     parts = four_way_split(y_all, key.seed)
     if key.data_part not in ("target", "shadow"):
         raise ValueError(f"data_part must be 'target' or 'shadow', got {key.data_part!r}")
@@ -95,10 +78,10 @@ def build_data_plan(key: DataKey) -> DataPlan:
     clients = dirichlet_partition(y_all[tt], key.num_clients,
                                   np.random.default_rng([key.seed, 3] if key.data_part == "target" else [key.seed, 5]),
                                   alpha=key.dirichlet_alpha, min_size=1)
-    xs = {"test": _normalize(x_test, ds.mean, ds.std)}
+    xs = {"test": normalize_images(x_test, ds.mean, ds.std)}
     ys = {"test": torch.from_numpy(np.asarray(y_test, dtype=np.int64))}
     for name, idx in parts.items():
-        xs[name] = _normalize(x_all[idx], ds.mean, ds.std)
+        xs[name] = normalize_images(x_all[idx], ds.mean, ds.std)
         ys[name] = torch.from_numpy(y_all[idx].astype(np.int64))
     if ds.reduced:
         log.warning("REDUCED DATASET %s: %s", ds.name, "; ".join(notes))
@@ -109,3 +92,13 @@ def data_key(cfg) -> DataKey:  # cfg: DflDpConfig (duck-typed to keep this modul
     """The DataKey of a dfl-dp config."""
     return DataKey(cfg.dataset, cfg.data_dir, cfg.data_fraction, cfg.test_fraction, cfg.seed, cfg.num_clients,
                    cfg.dirichlet_alpha, cfg.data_part)
+
+
+def validate_data(cfg) -> DataPlan:  # cfg: DflDpConfig
+    """Build the run's data plan on the server before any work, so unusable data fails in seconds.
+
+    Raises :class:`datasets.base.DataError` (one line naming the path) before the ServerApp
+    creates its run folder or sends a message. The plan is cached, so the ServerApp's own
+    ``build_data_plan`` call right after is free.
+    """
+    return build_data_plan(data_key(cfg))

@@ -157,3 +157,15 @@ def client_data(key: DataKey, cid: int, levels: tuple[int, ...], k: int, feature
     return ClientData(torch.from_numpy(np.ascontiguousarray(x_tr, np.float32)),
                       torch.from_numpy(np.ascontiguousarray(y_tr, np.float32)),
                       torch.from_numpy(x[test]), torch.from_numpy(y[test]), suppressed)
+
+
+def validate_data(cfg) -> None:  # cfg: TabularPdpConfig
+    """Read and schema-check the run's table on the server, before any message goes to a client.
+
+    Without it only the clients read the CSV, and a wrong column type surfaces as one
+    traceback per client under a misleading "k-anonymity failed" headline. Raises
+    :class:`datasets.cancer.CancerSchemaError` (a DataError; one line naming the file and
+    the column) or :class:`datasets.base.DatasetUnavailableError` (the path). The table is
+    cached, so clients simulated in this process do not read it again.
+    """
+    _table(cfg.dataset, cfg.data_dir)

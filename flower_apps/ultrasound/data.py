@@ -146,3 +146,13 @@ def data_key(cfg) -> DataKey:  # cfg: UltrasoundConfig (duck-typed)
     return DataKey(cfg.dataset, cfg.data_dir, cfg.synthetic_fallback, cfg.image_size, cfg.task, cfg.data_fraction,
                    cfg.seed, cfg.partition, cfg.num_clients, cfg.dirichlet_alpha, cfg.quantity_sigma,
                    cfg.feature_skew)
+
+
+def validate_data(cfg) -> UltrasoundData:  # cfg: UltrasoundConfig
+    """Build the run's data plan on the server before any work, so unusable data fails in seconds.
+
+    Raises :class:`datasets.base.DataError` naming the folder or file (a data-dir that does
+    not exist, an empty class folder, an undecodable image) before the ServerApp creates its
+    run folder. The plan is cached, so the ServerApp's own ``build_data`` call is free.
+    """
+    return build_data(data_key(cfg))

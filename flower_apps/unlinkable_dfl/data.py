@@ -15,7 +15,8 @@ import torch
 
 from datasets.partition import class_counts, dirichlet_partition
 from datasets.registry import load_dataset
-from datasets.splits import stratified_holdout, subsample_stratified
+from datasets.splits import train_and_test
+from datasets.transforms import normalize_images
 
 log = logging.getLogger(__name__)
 TEST_HOLDOUT_SEED = 0  # the held-out test set (when the source has none) is the same for every seed
@@ -60,29 +61,13 @@ class DataPlan:
         return class_counts(self.y_train.numpy(), self.node_indices, self.num_classes)
 
 
-def _normalize(x: np.ndarray, mean: tuple[float, ...], std: tuple[float, ...]) -> torch.Tensor:
-    t = torch.from_numpy(x).float().div_(255.0)
-    t = t.unsqueeze(1) if t.ndim == 3 else t.permute(0, 3, 1, 2)
-    return ((t - torch.tensor(mean).view(1, -1, 1, 1)) / torch.tensor(std).view(1, -1, 1, 1)).contiguous()
-
-
 @functools.lru_cache(maxsize=4)
 def build_data_plan(key: DataKey) -> DataPlan:
     """Load, hold out a test set if the source has none, subsample, partition. Cached."""
     ds = load_dataset(key.dataset, key.data_dir or None)
-    notes = list(ds.notes)
-    x, y = ds.x_train, np.asarray(ds.y_train)
-    if ds.x_test is None:
-        tr, te = stratified_holdout(y, key.test_fraction, TEST_HOLDOUT_SEED)
-        x_test, y_test = x[te], y[te]
-        x, y = x[tr], y[tr]
-        notes.append(f"no separate test set: a stratified {key.test_fraction:.0%} ({len(te)} images) was held out")
-    else:
-        x_test, y_test = ds.x_test, np.asarray(ds.y_test)
-    if key.data_fraction < 1:
-        keep = subsample_stratified(y, key.data_fraction, key.seed)
-        x, y = x[keep], y[keep]
-        notes.append(f"data-fraction {key.data_fraction}: {len(keep)} training images used")
+    x, y, x_test, y_test, done = train_and_test(ds.x_train, ds.y_train, ds.x_test, ds.y_test, key.test_fraction,
+                                                key.data_fraction, key.seed, TEST_HOLDOUT_SEED)
+    notes = list(ds.notes) + done
     if key.num_nodes > len(y):
         raise ValueError(f"num-clients ({key.num_nodes}) is larger than the training samples ({len(y)})")
     parts = dirichlet_partition(y, key.num_nodes, np.random.default_rng([key.seed, 3]), alpha=key.alpha, min_size=1)
@@ -90,11 +75,21 @@ def build_data_plan(key: DataKey) -> DataPlan:
     order = np.random.default_rng([TEST_HOLDOUT_SEED, 5]).permutation(len(y_test))
     if ds.reduced:
         log.warning("REDUCED DATASET %s: %s", ds.name, "; ".join(notes))
-    return DataPlan(ds.name, notes, ds.num_classes, ds.image_shape, _normalize(x, ds.mean, ds.std),
-                    torch.from_numpy(y.astype(np.int64)), _normalize(x_test[order], ds.mean, ds.std),
+    return DataPlan(ds.name, notes, ds.num_classes, ds.image_shape, normalize_images(x, ds.mean, ds.std),
+                    torch.from_numpy(y.astype(np.int64)), normalize_images(x_test[order], ds.mean, ds.std),
                     torch.from_numpy(y_test[order].astype(np.int64)), parts)
 
 
 def data_key(cfg) -> DataKey:  # cfg: UdflConfig (duck-typed)
     return DataKey(cfg.dataset, cfg.data_dir, cfg.data_fraction, cfg.test_fraction, cfg.seed, cfg.num_nodes,
                    cfg.alpha)
+
+
+def validate_data(cfg) -> DataPlan:  # cfg: UdflConfig
+    """Build the run's data plan on the server before any work, so unusable data fails in seconds.
+
+    Raises :class:`datasets.base.DataError` (one line naming the path) before the ServerApp
+    creates its run folder or sends a message. The plan is cached, so the ServerApp's own
+    ``build_data_plan`` call right after is free.
+    """
+    return build_data_plan(data_key(cfg))

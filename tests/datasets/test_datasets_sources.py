@@ -48,14 +48,19 @@ def test_mnist_from_torchvision_layout(tmp_path):
 
 def test_mnist_missing_says_where_and_how(tmp_path):
     with pytest.raises(DatasetUnavailableError, match="train-images-idx3-ubyte.*download=True"):
-        load_mnist_idx(tmp_path / "nothing")
+        load_mnist_idx(tmp_path)  # the folder exists but holds no IDX files
 
 
 def test_mnist_falls_back_to_reduced_subset(tmp_path, caplog):
-    ds = load_mnist(tmp_path / "nothing")
+    ds = load_mnist(tmp_path)  # the folder exists but holds no IDX files
     assert ds.reduced and ds.x_test is None and len(ds.x_train) == 5000
     assert np.bincount(ds.y_train).tolist() == [500] * 10
     assert "REDUCED" in caplog.text
+
+
+def test_mnist_data_dir_that_does_not_exist_is_an_error_not_a_fallback(tmp_path):
+    with pytest.raises(DatasetUnavailableError, match=f"^data-dir '{tmp_path / 'typo'}' does not exist; expected"):
+        load_mnist(tmp_path / "typo")
 
 
 def test_fashion_mnist_loader(tmp_path):

@@ -144,3 +144,23 @@ def test_smoke_run_survives_a_supernode_crash_mid_round(federation, tmp_path):
         assert math.isclose(r["sigma_abs"], expected, rel_tol=1e-9), (r, expected)
         assert r["sigma_abs"] >= nominal * (1 - 1e-12), (r, nominal)
     assert r1["sigma_abs"] > nominal
+
+
+def test_launch_reports_refused_data_as_one_line_and_exits_nonzero(federation, tmp_path):
+    """What a user of ``python -m flower_apps.launch`` sees when the data is unusable: the ServerApp
+    refuses before any work (one line, no traceback, no run folder) and the command exits 1, where
+    plain ``flwr run --stream`` would exit 0."""
+    import subprocess
+
+    results = tmp_path / "results"
+    missing = tmp_path / "no-such-mnist"
+    cmd = [sys.executable, "-m", "flower_apps.launch", str(federation.app_dir), CONNECTION, "--run-config",
+           f"study='dfl-dp' preset='smoke' dataset='mnist-full' data-dir='{missing}' results-dir='{results}'"]
+    res = subprocess.run(cmd, cwd=federation.app_dir, env=flwr_cli.flower_env(federation.cli_home),
+                         capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+    out = res.stdout + res.stderr
+    assert res.returncode == 1, out
+    assert f"run refused before any work: data-dir '{missing}' does not exist" in out, out
+    assert "Traceback" not in out, out
+    assert "finished:failed" in res.stderr, out
+    assert not results.exists()

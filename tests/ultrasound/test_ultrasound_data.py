@@ -8,6 +8,7 @@ import cv2
 import numpy as np
 import pytest
 
+from datasets import busi
 from datasets.base import DatasetUnavailableError
 from datasets.busi import (BUSI_CLASSES, TASKS, DatasetLayoutError, find_busi_root, global_splits, load_breastmnist,
                            load_busi, load_ultrasound, synthetic_ultrasound)
@@ -72,13 +73,16 @@ def test_class_folder_with_only_masks_is_an_error(busi_folder):
         load_busi(base)
 
 
-def test_missing_data_fails_with_where_to_put_it_unless_smoke_fallback(tmp_path):
-    missing = tmp_path / "nothing-here"
+def test_missing_data_fails_with_where_to_put_it_unless_smoke_fallback(tmp_path, monkeypatch):
+    monkeypatch.setattr(busi, "BUSI_DEFAULT_DIRS", (tmp_path / "nothing-here",))  # no BUSI on this "machine"
     with pytest.raises(DatasetUnavailableError, match="Dataset_BUSI_with_GT"):
-        load_ultrasound("busi", missing)
-    ds = load_ultrasound("busi", missing, allow_synthetic_fallback=True, synthetic_size=16)
+        load_ultrasound("busi")
+    ds = load_ultrasound("busi", allow_synthetic_fallback=True, synthetic_size=16)
     assert ds.synthetic and ds.name == "synthetic-ultrasound"
     assert any("fallback" in n for n in ds.notes) and any("SYNTHETIC" in n for n in ds.notes)
+    # an explicit data-dir that does not exist is a mistake to report, not a reason to fall back
+    with pytest.raises(DatasetUnavailableError, match="^data-dir '.*nothing-here' does not exist"):
+        load_ultrasound("busi", tmp_path / "nothing-here", allow_synthetic_fallback=True)
 
 
 def test_breastmnist_npz_is_binary_and_pooled(tmp_path):
