@@ -29,8 +29,7 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from flower_apps.ultrasound.models import ARCHS  # noqa: E402
-from privacy.dpsgd import (ghost_clipping_backward, make_opacus_compatible, make_private,  # noqa: E402
-                           unregister_fast_grad_samplers)
+from privacy.dpsgd import ghost_clipping_backward, make_opacus_compatible, make_private  # noqa: E402
 
 DEFAULT_ARCHS = ("mobilenetv2_100", "resnet50", "vit_small_patch16_224")
 DEFAULT_MODES = ("hooks", "functorch", "ew", "ghost", "ghost-opacus")
@@ -78,14 +77,15 @@ def plain_step_fn(model: nn.Module, x: torch.Tensor, y: torch.Tensor):
     return step
 
 
-def dp_step_fn(model: nn.Module, x: torch.Tensor, y: torch.Tensor, mode: str):
+def dp_step_fn(model: nn.Module, x: torch.Tensor, y: torch.Tensor, mode: str, fast_samplers: bool = True):
     """One DP-SGD step as the study takes it (flower_apps/ultrasound/train.py); 'ghost-opacus' uses
     Opacus' own loss wrapper for ghost clipping instead of privacy.dpsgd.ghost_clipping_backward."""
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         pt = make_private(model, opt, len(y), len(y), noise_multiplier=1.0, max_grad_norm=1.0,
-                          grad_sample_mode=mode.replace("-opacus", ""), poisson_sampling=False)
+                          grad_sample_mode=mode.replace("-opacus", ""), poisson_sampling=False,
+                          fast_samplers=fast_samplers)
 
     def step() -> None:
         if mode == "ghost":
@@ -111,11 +111,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--device", default="cpu")
     p.add_argument("--clock", choices=["cpu", "wall"], help="default: cpu time on CPU, wall time on CUDA")
     p.add_argument("--stock-opacus", action="store_true",
-                   help="use Opacus' own samplers (undo privacy.dpsgd.register_fast_grad_samplers) for comparison")
+                   help="use Opacus' own samplers (make_private(..., fast_samplers=False)) for comparison")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
-    if args.stock_opacus:
-        unregister_fast_grad_samplers()
     device = torch.device(args.device)
     g = torch.Generator().manual_seed(0)
     x = torch.randn(args.batch_size, 3, args.image_size, args.image_size, generator=g).to(device)
@@ -132,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
         steps["non-private (GroupNorm)"] = plain_step_fn(copy.deepcopy(fixed), x, y)
         for mode in args.modes:
             try:
-                steps[f"DP-SGD {mode}"] = dp_step_fn(copy.deepcopy(fixed), x, y, mode)
+                steps[f"DP-SGD {mode}"] = dp_step_fn(copy.deepcopy(fixed), x, y, mode, not args.stock_opacus)
                 steps[f"DP-SGD {mode}"]()  # a mode Opacus cannot apply fails here: say so, keep going
             except Exception as exc:
                 steps.pop(f"DP-SGD {mode}")

@@ -231,12 +231,10 @@ def test_resnet_inplace_residual_is_made_out_of_place():
 @pytest.mark.parametrize("act", ["relu6", "relu", "silu", "none"])
 def test_fast_grad_samplers_match_micro_batch_gradients(act):
     """privacy.dpsgd's depthwise / grouped / pointwise conv and GroupNormAct samplers vs one backward per sample."""
-    from opacus.grad_sample import GradSampleModule
+    from privacy.dpsgd import FastGradSampleModule, samplers
 
-    import privacy.dpsgd as dpsgd
-
-    assert GradSampleModule.GRAD_SAMPLERS[nn.Conv2d] is dpsgd._conv2d_grad_sample  # registered at import
-    assert GradSampleModule.GRAD_SAMPLERS[GroupNormAct] is dpsgd._group_norm_act_grad_sample
+    assert FastGradSampleModule.GRAD_SAMPLERS[nn.Conv2d] is samplers.conv2d_grad_sample  # for this class only
+    assert FastGradSampleModule.GRAD_SAMPLERS[GroupNormAct] is samplers.group_norm_act_grad_sample
     acts = {"relu6": nn.ReLU6, "relu": nn.ReLU, "silu": nn.SiLU, "none": None}
     norm = lambda c, g: GroupNormAct(c, num_groups=g, act_layer=acts[act], apply_act=acts[act] is not None,  # noqa: E731
                                      inplace=False)
@@ -260,7 +258,7 @@ def test_fast_grad_samplers_match_micro_batch_gradients(act):
         model.zero_grad()
         nn.functional.cross_entropy(model(x[i : i + 1]), y[i : i + 1]).backward()
         ref.append([p.grad.clone() for p in model.parameters()])
-    gsm = GradSampleModule(copy.deepcopy(model), loss_reduction="sum")
+    gsm = FastGradSampleModule(copy.deepcopy(model), loss_reduction="sum")
     nn.functional.cross_entropy(gsm(x), y, reduction="sum").backward()
     for j, p in enumerate(gsm._module.parameters()):
         expected = torch.stack([r[j] for r in ref])
@@ -292,23 +290,48 @@ def test_every_grad_sample_mode_gives_the_same_clipped_step():
     torch.testing.assert_close(out["functorch"], out["hooks"], rtol=1e-4, atol=1e-6)
 
 
-def test_fast_samplers_can_be_unregistered_for_comparison():
-    from opacus.grad_sample import GradSampleModule
+@pytest.mark.parametrize("mode", ["hooks", "ghost"])
+def test_fast_samplers_are_per_model_and_stock_opacus_gives_the_same_step(mode):
+    """In one process: a model made private with fast_samplers=False gets Opacus' own class and samplers, one
+    made private with the default gets ours, and both take the same clipped step."""
+    from opacus.grad_sample import GradSampleModule, GradSampleModuleFastGradientClipping
     from opacus.grad_sample.conv import compute_conv_grad_sample
 
-    import privacy.dpsgd as dpsgd
+    from privacy.dpsgd import FastGhostClippingModule, FastGradSampleModule, ghost_clipping_backward
 
-    try:
-        dpsgd.unregister_fast_grad_samplers()
-        assert GradSampleModule.GRAD_SAMPLERS[nn.Conv2d] is compute_conv_grad_sample
-        assert GroupNormAct not in GradSampleModule.GRAD_SAMPLERS
-    finally:
-        dpsgd.register_fast_grad_samplers()
-    assert GradSampleModule.GRAD_SAMPLERS[nn.Conv2d] is dpsgd._conv2d_grad_sample
+    def model():
+        torch.manual_seed(3)
+        return nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), GroupNormAct(8, num_groups=2, inplace=False),
+                             nn.Conv2d(8, 8, 3, padding=1, groups=8), nn.Conv2d(8, 8, 1),
+                             nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 3))
+
+    x, y = data()
+    stock_cls, fast_cls = {"hooks": (GradSampleModule, FastGradSampleModule),
+                           "ghost": (GradSampleModuleFastGradientClipping, FastGhostClippingModule)}[mode]
+    after = {}
+    for fast in (True, False):
+        m = model()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            pt = make_private(m, torch.optim.SGD(m.parameters(), lr=0.5), 6, 6, noise_multiplier=0.0,
+                              max_grad_norm=0.05, grad_sample_mode=mode, poisson_sampling=False, fast_samplers=fast)
+            assert type(pt.model) is (fast_cls if fast else stock_cls)
+            if mode == "ghost":
+                xi = x.detach().requires_grad_(True)
+                ghost_clipping_backward(pt.model, nn.functional.cross_entropy(pt.model(xi), y, reduction="none"), xi)
+            else:
+                pt.criterion(pt.model(x), y).backward()
+            pt.optimizer.step()
+        after[fast] = torch.cat([p.detach().flatten() for p in m.parameters()])
+    assert GradSampleModule.GRAD_SAMPLERS[nn.Conv2d] is compute_conv_grad_sample  # the stock registry is untouched
+    assert GroupNormAct not in GradSampleModule.GRAD_SAMPLERS
+    assert GroupNormAct not in GradSampleModuleFastGradientClipping.NORM_SAMPLERS
+    assert not torch.allclose(after[True], torch.cat([p.detach().flatten() for p in model().parameters()]))
+    torch.testing.assert_close(after[True], after[False], rtol=1e-4, atol=1e-6)
 
 
 def test_vit_tokens_move_to_a_leaf_and_per_sample_gradients_match():
-    from opacus.grad_sample import GradSampleModule
+    from privacy.dpsgd import FastGradSampleModule
 
     torch.manual_seed(0)
     vit = timm.create_model("vit_small_patch16_224", img_size=32, depth=1, num_classes=3)
@@ -326,7 +349,8 @@ def test_vit_tokens_move_to_a_leaf_and_per_sample_gradients_match():
         fixed.zero_grad()
         nn.functional.cross_entropy(fixed(x[i : i + 1]), y[i : i + 1]).backward()
         ref.append({n: p.grad.clone() for n, p in fixed.named_parameters()})
-    gsm = GradSampleModule(copy.deepcopy(fixed), loss_reduction="sum")
+    gsm = FastGradSampleModule(copy.deepcopy(fixed), loss_reduction="sum")
+    assert "ft_compute_sample_grad" not in vars(gsm._module.token_embed)  # our sampler, not functorch
     nn.functional.cross_entropy(gsm(x), y, reduction="sum").backward()
     for n, p in gsm._module.named_parameters():
         torch.testing.assert_close(p.grad_sample, torch.stack([r[n] for r in ref]), rtol=1e-3, atol=1e-5)

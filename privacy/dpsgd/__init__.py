@@ -1,0 +1,29 @@
+"""Client-side DP-SGD with Opacus, one module per job.
+
+* :mod:`~privacy.dpsgd.compat` -- making timm models Opacus-compatible (each change reported).
+* :mod:`~privacy.dpsgd.samplers` -- fast per-sample gradient / norm samplers (depthwise and 1x1
+  convs, timm ``GroupNormAct``, the ViT token leaf), as plain functions and read-only tables.
+* :mod:`~privacy.dpsgd.grad_sample` -- GradSampleModule subclasses that use those samplers for the
+  model they wrap, and only for it.
+* :mod:`~privacy.dpsgd.engine` -- :func:`make_private` (the wiring), two-pass ghost clipping.
+* :mod:`~privacy.dpsgd.ledger` -- recording DP-SGD steps; epsilon from dp-accounting.
+
+Importing this package changes nothing in Opacus: no sampler is registered with Opacus and none of
+its functions is replaced (tests/privacy/test_privacy_dpsgd_scoping.py). A model gets the fast
+samplers when it is made private by :func:`make_private` (``fast_samplers=True``, the default).
+"""
+
+from privacy.dpsgd.compat import (DpVisionTransformer, ModelChange, PrefixTokenPosEmbed, make_opacus_compatible,
+                                  replace_batchnorm_act)
+from privacy.dpsgd.engine import GRAD_SAMPLE_MODES, PrivateTraining, ghost_clipping_backward, make_private, unwrap
+from privacy.dpsgd.grad_sample import (FastGhostClippingModule, FastGradSampleModule, grad_sample_module,
+                                       store_grad_sample)
+from privacy.dpsgd.ledger import DpSgdEvent, DpSgdLedger, dp_event, paper_sqrt_t_bound, rdp_epsilon
+from privacy.dpsgd.samplers import FAST_GRAD_SAMPLERS, FAST_NORM_SAMPLERS
+
+__all__ = [
+    "DpSgdEvent", "DpSgdLedger", "DpVisionTransformer", "FAST_GRAD_SAMPLERS", "FAST_NORM_SAMPLERS",
+    "FastGhostClippingModule", "FastGradSampleModule", "GRAD_SAMPLE_MODES", "ModelChange", "PrefixTokenPosEmbed",
+    "PrivateTraining", "dp_event", "ghost_clipping_backward", "grad_sample_module", "make_opacus_compatible",
+    "make_private", "paper_sqrt_t_bound", "rdp_epsilon", "replace_batchnorm_act", "store_grad_sample", "unwrap",
+]
