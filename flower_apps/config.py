@@ -1,50 +1,273 @@
-"""Run-config resolution: defaults < preset < explicit values, validated before any work.
+"""Run keys and run-config resolution: defaults < preset < explicit values, validated before any work.
 
-``[tool.flwr.app.config]`` in pyproject.toml holds every run key with its default
-(``RUN_CONFIG_DEFAULTS`` below mirrors it; tests/test_config.py checks they agree).
-Flower hands the ServerApp the *fused* config (defaults with the user's overrides), so a
-preset applies to the keys still at their default: ``preset='smoke' num-rounds=5`` gives
-the smoke preset with 5 rounds. To force a key back to its default value under a preset,
-drop the preset and give the keys explicitly.
+Every run key is declared once, as a :class:`Key` (name, default, type, range or choices, one-line
+doc): the keys every study reads in ``COMMON`` below, the keys several studies read in
+``SHARED_KEYS``, and each study's own keys in ``flower_apps/<study>/study.py`` (``KEYS``, a
+:class:`KeyTable` that lists the common keys the study narrows and the shared keys it reads).
+Everything else derives from those declarations: the simple checks (type, finite, range, choices),
+the conversion into each study's frozen config dataclass, ``[tool.flwr.app.config]`` in
+pyproject.toml and docs/run_keys.md (both written by ``scripts/sync_run_keys.py``, see
+:mod:`flower_apps.keys`). A study's ``build_config`` adds only its cross-field rules.
+
+Flower hands the ServerApp the *fused* config (defaults with the user's overrides), so a preset
+applies to the keys still at their default: ``preset='smoke' num-rounds=5`` gives the smoke preset
+with 5 rounds. To force a key back to its default value under a preset, drop the preset and give
+the keys explicitly.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import math
+import re
 import tomllib
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Iterable
+from dataclasses import KW_ONLY, dataclass
 from pathlib import Path
 from typing import Any
-
-# Keys every study reads. Each study adds its own in ``flower_apps/<study>/study.py`` (KEYS);
-# flower_apps.studies merges them into RUN_CONFIG_DEFAULTS and refuses conflicting defaults.
-COMMON_KEYS: dict[str, Any] = {
-    "study": "dfl-dp",
-    "preset": "paper",
-    "seed": 0,
-    "results-dir": "results",
-    "run-name": "",
-    "dataset": "mnist",
-    "data-dir": "",
-    "data-fraction": 1.0,
-    "num-clients": 100,
-    "num-rounds": 100,
-    "device": "auto",
-    # Seconds the ServerApp waits for one round's (or one chain hop's) replies before treating the
-    # missing ones as failed. Dead SuperNodes surface sooner (NODE_UNAVAILABLE after their heartbeat
-    # lapses, <= 60 s in flwr 1.42); this bounds the wait for nodes that stay online but hang.
-    "round-timeout": 3600.0,
-    # DP noise randomness: "" = secure (OS entropy, reproducible by nobody); a path = a LOCAL file
-    # whose content seeds the noise of the party that reads it (research opt-in; only the path
-    # travels in messages). See privacy/randomness.py.
-    "noise-seed-file": "",
-}
-RUN_CONFIG_DEFAULTS: dict[str, Any] = dict(COMMON_KEYS)
 
 
 class ConfigError(ValueError):
     """A run config that cannot run; the message names the key and the allowed values."""
+
+
+def need(cond: bool, key: str, msg: str) -> None:
+    """Raise ``ConfigError('<key>: <msg>')`` unless ``cond`` (a study's cross-field rules)."""
+    if not cond:
+        raise ConfigError(f"{key}: {msg}")
+
+
+def _num(x: float) -> str:
+    return f"{x:g}"
+
+
+@dataclass(frozen=True)
+class Key:
+    """One run key: the one declaration its default, checks, pyproject line and docs row derive from.
+
+    ``gt``/``ge``/``lt``/``le`` bound a number; ``choices`` lists the allowed strings (a tuple keeps
+    its order in messages, a registry dict is read live and shown sorted); ``many``: the value is a
+    comma-separated subset of ``choices`` (no duplicates, at least ``min_items``); ``pattern``: the
+    whole value must match it, ``allowed`` says so in words; ``parse``: a further check and
+    conversion of the value (raises ValueError saying what is wrong). ``field`` names the config
+    dataclass field the key fills ("" = the name in snake_case).
+    """
+
+    name: str
+    default: Any
+    type: type
+    _: KW_ONLY
+    doc: str
+    gt: float | None = None
+    ge: float | None = None
+    lt: float | None = None
+    le: float | None = None
+    unit: str = ""
+    choices: Collection[str] | None = None
+    many: bool = False
+    min_items: int = 0
+    pattern: str | None = None
+    allowed: str = ""
+    parse: Callable[[Any], Any] | None = None
+    field: str = ""
+
+    def __post_init__(self) -> None:
+        if self.type not in (bool, int, float, str):
+            raise TypeError(f"key {self.name}: type must be bool, int, float or str, got {self.type!r}")
+        if not self.doc or "\n" in self.doc:
+            raise ValueError(f"key {self.name}: doc must be one line")
+        if not self.field:
+            object.__setattr__(self, "field", self.name.replace("-", "_"))
+
+    # --- derived text -----------------------------------------------------------------------
+
+    def shown_choices(self) -> list[str]:
+        """The allowed values as messages list them."""
+        assert self.choices is not None
+        return list(self.choices) if isinstance(self.choices, (tuple, list)) else sorted(self.choices)
+
+    def bounds(self) -> str:
+        """'> 0', 'in (0, 1]', 'an integer >= 2', ... ('' when unbounded and not an integer)."""
+        lo = f"({_num(self.gt)}" if self.gt is not None else f"[{_num(self.ge)}" if self.ge is not None else None
+        hi = f"{_num(self.lt)})" if self.lt is not None else f"{_num(self.le)}]" if self.le is not None else None
+        if lo and hi:
+            text = f"in {lo}, {hi}"
+        elif lo:
+            text = ("> " if lo[0] == "(" else ">= ") + lo[1:]
+        elif hi:
+            text = ("< " if hi[-1] == ")" else "<= ") + hi[:-1]
+        else:
+            text = ""
+        if self.type is int:
+            text = f"an integer {text}".strip()
+        return f"{text} {self.unit}".strip() if text else ""
+
+    def allowed_text(self) -> str:
+        """The allowed values in words, as the docs and pyproject show them."""
+        if self.choices is not None:
+            subset = "comma-separated subset of " if self.many else "one of "
+            return subset + ", ".join(self.shown_choices())
+        return self.allowed or self.bounds()
+
+    def declaration(self) -> tuple:
+        """What must agree wherever the key appears: name, default, type, doc."""
+        return self.name, self.default, self.type, self.doc
+
+    def refine(self, **changes: Any) -> Key:
+        """This key with a study's narrower range/choices or another config field (same name, default, doc)."""
+        fixed = {"name", "default", "type", "doc"} & set(changes)
+        if fixed:
+            raise ValueError(f"key {self.name}: a refinement keeps {sorted(fixed)}; declare a new key instead")
+        return dataclasses.replace(self, **changes)
+
+    # --- checks ------------------------------------------------------------------------------
+
+    def _range_error(self, value: Any) -> ConfigError:
+        # The texts users (and tests) know: common keys read as a sentence ('seed must be ...'),
+        # a study's own keys as 'tab-k: must be ...'. One place to unify them.
+        sep = "" if self.name in COMMON_NAMES else ":"
+        return ConfigError(f"{self.name}{sep} must be {self.bounds()}, got {value!r}")
+
+    def check_type(self, value: Any) -> None:
+        """Type, and finite for numbers (inf or nan would silently disable DP)."""
+        if self.type is bool:
+            if not isinstance(value, bool):
+                raise ConfigError(f"{self.name} must be true or false, got {value!r}")
+        elif self.type is str:
+            if not isinstance(value, str):
+                raise ConfigError(f"{self.name} must be a string, got {value!r}")
+        else:
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ConfigError(f"{self.name} must be a number, got {value!r}")
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ConfigError(f"{self.name} must be a finite number, got {value!r}")
+            if self.type is int and not isinstance(value, int):
+                raise self._range_error(value)
+
+    def check(self, value: Any) -> Any:
+        """Every single-key check; returns the value converted for the config dataclass."""
+        self.check_type(value)
+        if self.type in (int, float) and not (
+                (self.gt is None or value > self.gt) and (self.ge is None or value >= self.ge)
+                and (self.lt is None or value < self.lt) and (self.le is None or value <= self.le)):
+            raise self._range_error(value)
+        if self.many:
+            items = tuple(s.strip() for s in value.split(",") if s.strip())
+            bad = [s for s in items if s not in self.choices]
+            if bad or len(set(items)) != len(items) or len(items) < self.min_items:
+                least = f", at least {self.min_items}" if self.min_items else ""
+                raise ConfigError(f"{self.name}: got {value!r}; allowed: comma-separated subset of "
+                                  f"{self.shown_choices()} (no duplicates{least})")
+            return items
+        if self.choices is not None and value not in self.choices:
+            raise ConfigError(f"{self.name}: got {value!r}; allowed: {self.shown_choices()}")
+        if self.pattern is not None and not re.fullmatch(self.pattern, value):
+            raise ConfigError(f"{self.name}: got {value!r}; allowed: {self.allowed}")
+        if self.parse is not None:
+            try:
+                return self.parse(value)
+            except (OSError, ValueError) as exc:
+                raise ConfigError(f"{self.name}: {exc}") from None
+        return self.type(value)
+
+
+def _noise_seed_file(path: str) -> str:
+    from privacy.randomness import NoiseSource
+
+    NoiseSource(path).check()
+    return path
+
+
+# Keys every study reads. A study may narrow one (``COMMON_KEYS["num-clients"].refine(ge=2)``) in its
+# KeyTable; it may not change its default (set it in a preset instead).
+COMMON: tuple[Key, ...] = (
+    Key("study", "dfl-dp", str, doc="the study to run (flower_apps/<study>/)"),
+    Key("preset", "paper", str, doc="the study's preset: values for the keys left at their default"),
+    Key("seed", 0, int, ge=0, doc="seed of data splits, model init and client sampling (not of DP noise)"),
+    Key("results-dir", "results", str, doc="folder under which each run writes <study>/runs/<run>/"),
+    Key("run-name", "", str, doc="name of the run's folder ('' = derived from the config)"),
+    Key("dataset", "mnist", str, doc="data source (each study lists the ones it reads)"),
+    Key("data-dir", "", str, doc="where the dataset's files are ('' = the default data home)"),
+    Key("data-fraction", 1.0, float, gt=0, le=1, doc="fraction of the data used (fixed-seed subsample)"),
+    Key("num-clients", 100, int, ge=1, doc="number of logical clients (nodes in the decentralized studies)"),
+    Key("num-rounds", 100, int, ge=1, doc="number of training rounds"),
+    Key("device", "auto", str, pattern=r"auto|cpu|cuda(:\d+)?", allowed="'auto', 'cpu', 'cuda', 'cuda:<i>'",
+        doc="torch device of training and evaluation"),
+    # Dead SuperNodes surface sooner (NODE_UNAVAILABLE after their heartbeat lapses, <= 60 s in flwr
+    # 1.42); this bounds the wait for nodes that stay online but hang.
+    Key("round-timeout", 3600.0, float, gt=0, unit="seconds",
+        doc="wall seconds the ServerApp waits for one round's replies; missing ones count as failed"),
+    # "" = secure (OS entropy, reproducible by nobody); a path = a LOCAL file whose content seeds the
+    # noise of the party that reads it (research opt-in; only the path travels in messages).
+    Key("noise-seed-file", "", str, parse=_noise_seed_file, allowed="'' or a readable local file",
+        doc="DP noise randomness: '' = OS entropy; a path = a local seed file (privacy/randomness.py)"),
+)
+COMMON_KEYS: dict[str, Key] = {k.name: k for k in COMMON}
+COMMON_NAMES = frozenset(COMMON_KEYS)
+
+# Keys several studies read: declared once here, listed by each study that reads them.
+SHARED_KEYS: dict[str, Key] = {k.name: k for k in (
+    Key("lr", 0.01, float, gt=0, doc="client learning rate"),
+    Key("momentum", 0.9, float, ge=0, lt=1, doc="client SGD momentum"),
+    Key("weight-decay", 5e-4, float, ge=0, doc="client L2 weight decay"),
+    Key("batch-size", 128, int, ge=1, doc="client minibatch size"),
+    Key("local-epochs", 1, int, ge=1, doc="client epochs per round"),
+    Key("test-fraction", 0.2, float, gt=0, lt=1,
+        doc="fraction of each client's (or the pooled) data held out for test"),
+    Key("clients-per-message", 1, int, ge=1,
+        doc="logical clients packed into one Flower message (transport only: the math is unchanged)"),
+    Key("dirichlet-alpha", 0.5, float, gt=0, doc="Dirichlet concentration of the label skew across clients"),
+    Key("delta-total", 1e-5, float, gt=0, lt=1, doc="delta at which the run's total epsilon is reported"),
+)}
+
+
+class KeyTable:
+    """The keys one study reads: the common keys (as the study refines them), then its own, in order."""
+
+    def __init__(self, study: str, keys: Iterable[Key]) -> None:
+        self.study = study
+        table = dict(COMMON_KEYS)
+        own: dict[str, Key] = {}
+        seen: set[str] = set()
+        for key in keys:
+            if key.name in seen:
+                raise ValueError(f"study {study!r} declares key {key.name!r} twice")
+            seen.add(key.name)
+            if key.name in COMMON_KEYS:
+                if key.declaration() != COMMON_KEYS[key.name].declaration():
+                    raise ValueError(f"study {study!r} redefines the common key {key.name!r}; "
+                                     "set it in a preset instead")
+                table[key.name] = key
+            else:
+                own[key.name] = key
+        self.keys: dict[str, Key] = {**table, **own}
+        self.own: tuple[Key, ...] = tuple(own.values())
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.keys
+
+    def defaults(self) -> dict[str, Any]:
+        return {name: key.default for name, key in self.keys.items()}
+
+    def check(self, c: dict[str, Any]) -> dict[str, Any]:
+        """Every single-key check, in table order; key name -> value converted for the dataclass."""
+        return {name: key.check(c[name]) for name, key in self.keys.items()}
+
+    def build(self, cls: type, c: dict[str, Any]):
+        """The config dataclass ``cls`` from a flat run config: each field from the key that fills it."""
+        values = self.check(c)
+        names = {f.name for f in dataclasses.fields(cls)}
+        kwargs = {key.field: values[key.name] for key in self.keys.values() if key.field in names}
+        missing = sorted(names - set(kwargs))
+        if missing:
+            raise TypeError(f"{cls.__name__} fields {missing} are filled by no key of study {self.study!r}")
+        return cls(**kwargs)
+
+
+# Every registered key (flower_apps.studies adds each study's on registration).
+DECLARED: dict[str, Key] = dict(COMMON_KEYS)
+RUN_CONFIG_DEFAULTS: dict[str, Any] = {k.name: k.default for k in COMMON}
 
 
 def pyproject_defaults(path: str | Path | None = None) -> dict[str, Any]:
@@ -60,6 +283,7 @@ class StudySpec:
 
     name: str
     action: str  # ClientApp action: messages are of type "train.<action>"
+    keys: KeyTable
     presets: dict[str, dict[str, Any]]
     build_config: Any  # Callable[[dict], frozen dataclass], raises ConfigError
     server_main: Any  # Callable[[Grid, config], dict]  (returns the run summary)
@@ -67,7 +291,11 @@ class StudySpec:
 
 
 def resolve(raw: dict[str, Any], studies: dict[str, StudySpec]) -> tuple[StudySpec, dict[str, Any]]:
-    """Validate keys, apply the study's preset, and return (spec, flat resolved config)."""
+    """Validate keys, apply the study's preset, check every value; return (spec, flat resolved config).
+
+    Order: unknown keys; study and preset; every value's type (finite for numbers); then the
+    range/choices of each key the study reads. The study's cross-field rules follow in build_config.
+    """
     check_keys(raw)
     study = raw.get("study", RUN_CONFIG_DEFAULTS["study"])
     if study not in studies:
@@ -77,36 +305,11 @@ def resolve(raw: dict[str, Any], studies: dict[str, StudySpec]) -> tuple[StudySp
     if preset not in spec.presets:
         raise ConfigError(f"preset={preset!r} is not a preset of study {study!r}; allowed: {sorted(spec.presets)}")
     explicit = {k: v for k, v in raw.items() if v != RUN_CONFIG_DEFAULTS[k]}
-    for key, val in explicit.items():
-        default = RUN_CONFIG_DEFAULTS[key]
-        if isinstance(default, bool) and not isinstance(val, bool):
-            raise ConfigError(f"{key} must be true or false, got {val!r}")
-        if isinstance(default, (int, float)) and not isinstance(default, bool):
-            if isinstance(val, bool) or not isinstance(val, (int, float)):
-                raise ConfigError(f"{key} must be a number, got {val!r}")
-        if isinstance(default, str) and not isinstance(val, str):
-            raise ConfigError(f"{key} must be a string, got {val!r}")
     resolved = {**RUN_CONFIG_DEFAULTS, **spec.presets[preset], **explicit}
-    check_finite(resolved)
-    check_common(resolved)
+    for key, val in resolved.items():  # other studies' keys too: no inf/nan/ill-typed value anywhere
+        spec.keys.keys.get(key, DECLARED[key]).check_type(val)
+    spec.keys.check(resolved)
     return spec, resolved
-
-
-def check_common(c: dict[str, Any]) -> None:
-    """Ranges of the keys every study shares (each study checks its own keys in build_config)."""
-    from privacy.randomness import NoiseSource
-
-    for key, lo in (("seed", 0), ("num-rounds", 1), ("num-clients", 1)):
-        if not (isinstance(c[key], int) and not isinstance(c[key], bool) and c[key] >= lo):
-            raise ConfigError(f"{key} must be an integer >= {lo}, got {c[key]!r}")
-    if not c["round-timeout"] > 0:
-        raise ConfigError(f"round-timeout must be > 0 seconds, got {c['round-timeout']!r}")
-    if not 0 < c["data-fraction"] <= 1:
-        raise ConfigError(f"data-fraction must be in (0, 1], got {c['data-fraction']!r}")
-    try:
-        NoiseSource(c["noise-seed-file"]).check()
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"noise-seed-file: {exc}") from None
 
 
 def check_keys(raw: dict[str, Any]) -> None:
@@ -120,10 +323,3 @@ def check_keys(raw: dict[str, Any]) -> None:
         hints.append(f"{key!r} (did you mean {near[0]!r}?)" if near else repr(key))
     raise ConfigError(f"unknown run-config key(s) {', '.join(hints)}; the {len(RUN_CONFIG_DEFAULTS)} valid keys "
                       "are listed under [tool.flwr.app.config] in pyproject.toml")
-
-
-def check_finite(config: dict[str, Any]) -> None:
-    """Every numeric value must be a finite number (inf or nan would silently disable DP)."""
-    for key, val in config.items():
-        if isinstance(val, float) and not math.isfinite(val):
-            raise ConfigError(f"{key} must be a finite number, got {val!r}")

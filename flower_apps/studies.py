@@ -1,8 +1,14 @@
 """The study registry: study name -> StudySpec.
 
-A study is a package ``flower_apps/<pkg>/`` with a module ``study.py`` defining ``SPEC``
-(a :class:`flower_apps.config.StudySpec`) and ``KEYS`` (its run keys with defaults). The
-packages listed in ``BUILTIN`` are registered at import when present.
+A study is a package ``flower_apps/<pkg>/`` with:
+
+* ``study.py``: ``STUDY`` (its name), ``ACTION`` (its ClientApp action) and ``KEYS`` (a
+  :class:`flower_apps.config.KeyTable`: the one declaration of each run key it adds);
+  it imports nothing else of its package, so ``config.py`` can read the keys without a cycle;
+* ``config.py``: ``PRESETS`` and ``build_config`` (the cross-field rules and the frozen dataclass);
+* ``server_app.py``: ``server_main``; ``client_app.py``: ``train``.
+
+The packages listed in ``BUILTIN`` are registered at import when present.
 """
 
 from __future__ import annotations
@@ -10,35 +16,51 @@ from __future__ import annotations
 import importlib
 import importlib.util
 
-from flower_apps.config import COMMON_KEYS, RUN_CONFIG_DEFAULTS, StudySpec
+from flower_apps.config import COMMON_KEYS, DECLARED, RUN_CONFIG_DEFAULTS, StudySpec
 
 BUILTIN = ("dfl_dp", "tabular_pdp", "ultrasound", "unlinkable_dfl")
 STUDIES: dict[str, StudySpec] = {}
 
 
-def register_study(spec: StudySpec, keys: dict) -> None:
-    """Add a study and its run keys; duplicate names/actions and conflicting key defaults are refused."""
+def register_study(spec: StudySpec) -> None:
+    """Add a study and its run keys; duplicate names/actions and conflicting key declarations are refused."""
     if spec.name in STUDIES:
         raise ValueError(f"study {spec.name!r} is already registered")
     if any(s.action == spec.action for s in STUDIES.values()):
         raise ValueError(f"ClientApp action {spec.action!r} is already used")
-    for key, default in keys.items():
-        if key in COMMON_KEYS:
-            raise ValueError(f"study {spec.name!r} redefines the common key {key!r}; set it in a preset instead")
-        if key in RUN_CONFIG_DEFAULTS and RUN_CONFIG_DEFAULTS[key] != default:
-            raise ValueError(f"study {spec.name!r}: key {key!r} default {default!r} conflicts with "
-                             f"{RUN_CONFIG_DEFAULTS[key]!r} of another study")
-    RUN_CONFIG_DEFAULTS.update(keys)
+    for key in spec.keys.own:
+        if key.name in COMMON_KEYS:  # a KeyTable refuses this already; a hand-made spec may not
+            raise ValueError(f"study {spec.name!r} redefines the common key {key.name!r}; set it in a preset instead")
+        prior = DECLARED.get(key.name)
+        if prior is None:
+            continue
+        if prior.default != key.default:
+            raise ValueError(f"study {spec.name!r}: key {key.name!r} default {key.default!r} conflicts with "
+                             f"{prior.default!r} of another study")
+        if prior.declaration() != key.declaration():
+            raise ValueError(f"study {spec.name!r}: key {key.name!r} is declared again with another type or doc; "
+                             "declare it once (flower_apps.config.SHARED_KEYS) and list it in both studies")
+    DECLARED.update({k.name: k for k in spec.keys.own})
+    RUN_CONFIG_DEFAULTS.update({k.name: k.default for k in spec.keys.own})
     STUDIES[spec.name] = spec
+
+
+def load_study(pkg: str) -> StudySpec:
+    """The spec of the study package ``flower_apps.<pkg>`` (see the module docstring)."""
+    study = importlib.import_module(f"flower_apps.{pkg}.study")
+    config = importlib.import_module(f"flower_apps.{pkg}.config")
+    server_app = importlib.import_module(f"flower_apps.{pkg}.server_app")
+    client_app = importlib.import_module(f"flower_apps.{pkg}.client_app")
+    return StudySpec(study.STUDY, study.ACTION, study.KEYS, config.PRESETS, config.build_config,
+                     server_app.server_main, client_app.train)
 
 
 def _register_builtin() -> None:
     for pkg in BUILTIN:
-        name = f"flower_apps.{pkg}.study"
-        if importlib.util.find_spec(f"flower_apps.{pkg}") is None or importlib.util.find_spec(name) is None:
+        if importlib.util.find_spec(f"flower_apps.{pkg}") is None or \
+                importlib.util.find_spec(f"flower_apps.{pkg}.study") is None:
             continue
-        mod = importlib.import_module(name)
-        register_study(mod.SPEC, mod.KEYS)
+        register_study(load_study(pkg))
 
 
 _register_builtin()

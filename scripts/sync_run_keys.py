@@ -1,52 +1,43 @@
-"""Rewrite pyproject.toml's [tool.flwr.app.config] from the registered studies' run keys.
+"""Rewrite pyproject.toml's [tool.flwr.app.config] and docs/run_keys.md from the run-key declarations.
 
-    python scripts/sync_run_keys.py          # rewrite
-    python scripts/sync_run_keys.py --check  # exit 1 if pyproject is out of date
+    python scripts/sync_run_keys.py          # rewrite both
+    python scripts/sync_run_keys.py --check  # exit 1 (naming the file) if either is out of date
 
-Keys are written grouped: the common keys, then each study's own keys under a comment.
+The declarations are flower_apps/config.py (common and shared keys) and each
+flower_apps/<study>/study.py (the study's own); see flower_apps/keys.py for the renderings.
 """
 
 from __future__ import annotations
 
-import importlib
 import sys
 from pathlib import Path
-
-import tomli_w
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from flower_apps.config import COMMON_KEYS  # noqa: E402
-from flower_apps.studies import BUILTIN, STUDIES  # noqa: E402
+from flower_apps.keys import render_markdown, render_pyproject_block  # noqa: E402
+
+BLOCK_START = "[tool.flwr.app.config]"
+BLOCK_END = "\n# SuperLink connections"  # the comment that follows the block in pyproject.toml
 
 
-def render() -> str:
-    out = ["[tool.flwr.app.config]", "# Common keys (every study). Defaults are the `paper` values; presets override them.",
-           tomli_w.dumps(COMMON_KEYS).strip()]
-    seen = set(COMMON_KEYS)
-    for pkg in BUILTIN:
-        try:
-            mod = importlib.import_module(f"flower_apps.{pkg}.study")
-        except ModuleNotFoundError:
-            continue
-        own = {k: v for k, v in mod.KEYS.items() if k not in seen}
-        seen |= set(own)
-        if own:
-            out += ["", f"# {mod.SPEC.name}", tomli_w.dumps(own).strip()]
-    return "\n".join(out) + "\n\n"
+def synced_pyproject(text: str) -> str:
+    """``text`` (pyproject.toml) with the run-key block replaced by the rendered one."""
+    start = text.index(BLOCK_START)
+    end = text.index(BLOCK_END, start) + 1
+    return text[:start] + render_pyproject_block() + text[end:]
 
 
 def main() -> int:
-    assert STUDIES
-    path = ROOT / "pyproject.toml"
-    text = path.read_text()
-    start = text.index("[tool.flwr.app.config]")
-    end = text.index("\n# SuperLink connections") + 1
-    new = text[:start] + render() + text[end:]
+    targets = {ROOT / "pyproject.toml": synced_pyproject((ROOT / "pyproject.toml").read_text()),
+               ROOT / "docs" / "run_keys.md": render_markdown()}
+    stale = [path for path, new in targets.items() if not path.is_file() or path.read_text() != new]
     if "--check" in sys.argv:
-        return 0 if new == text else 1
-    path.write_text(new)
+        for path in stale:
+            print(f"{path.relative_to(ROOT)} is out of date: run python scripts/sync_run_keys.py", file=sys.stderr)
+        return 1 if stale else 0
+    for path in stale:
+        path.write_text(targets[path])
     return 0
 
 

@@ -6,12 +6,8 @@ import json
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from datasets.registry import DATASETS
-from flower_apps.config import ConfigError
-from strategies.registry import FRAMEWORKS
-
-STUDY = "dfl-dp"
-ACTION = "dfl_dp"
+from flower_apps.config import need
+from flower_apps.dfl_dp.study import ACTION, KEYS, STUDY  # noqa: F401  (ACTION, STUDY: re-exported)
 
 PRESETS: dict[str, dict[str, Any]] = {
     # The paper: N = 100, T = 100, full MNIST when present (else the offline subset, logged).
@@ -88,53 +84,11 @@ class DflDpConfig:
                 f"_s{self.seed}{shadow}")
 
 
-def _need(cond: bool, key: str, msg: str) -> None:
-    if not cond:
-        raise ConfigError(f"{key}: {msg}")
-
-
 def build_config(c: dict[str, Any]) -> DflDpConfig:
     """Validate the flat run config (kebab-case keys) and build the dataclass."""
-    _need(c["framework"] in FRAMEWORKS, "framework", f"got {c['framework']!r}; allowed: {sorted(FRAMEWORKS)}")
-    _need(c["clip-norm"] > 0, "clip-norm", f"must be > 0, got {c['clip-norm']}")
-    _need(c["eps-cal"] > 0, "eps-cal", f"must be > 0, got {c['eps-cal']}")
-    _need(0 < c["delta-cal"] < 1, "delta-cal", f"must be in (0, 1), got {c['delta-cal']}")
-    _need(0 < c["delta-total"] < 1, "delta-total", f"must be in (0, 1), got {c['delta-total']}")
-    _need(isinstance(c["num-clients"], int) and c["num-clients"] >= 2, "num-clients",
-          f"must be an integer >= 2, got {c['num-clients']}")
-    _need(isinstance(c["num-rounds"], int) and c["num-rounds"] >= 1, "num-rounds",
-          f"must be an integer >= 1, got {c['num-rounds']}")
-    _need(c["dataset"] in DATASETS, "dataset", f"got {c['dataset']!r}; allowed: {sorted(DATASETS)}")
-    _need(0 < c["data-fraction"] <= 1, "data-fraction", f"must be in (0, 1], got {c['data-fraction']}")
-    _need(0 < c["test-fraction"] < 1, "test-fraction", f"must be in (0, 1), got {c['test-fraction']}")
-    _need(c["dirichlet-alpha"] > 0, "dirichlet-alpha", f"must be > 0, got {c['dirichlet-alpha']}")
-    _need(c["lr"] > 0, "lr", f"must be > 0, got {c['lr']}")
-    _need(0 <= c["momentum"] < 1, "momentum", f"must be in [0, 1), got {c['momentum']}")
-    _need(c["weight-decay"] >= 0, "weight-decay", f"must be >= 0, got {c['weight-decay']}")
-    _need(isinstance(c["batch-size"], int) and c["batch-size"] >= 1, "batch-size", f"must be >= 1, got {c['batch-size']}")
-    _need(isinstance(c["local-epochs"], int) and c["local-epochs"] >= 1, "local-epochs",
-          f"must be >= 1, got {c['local-epochs']}")
-    _need(c["grad-clip"] > 0, "grad-clip", f"must be > 0, got {c['grad-clip']}")
-    _need(isinstance(c["clients-per-message"], int) and c["clients-per-message"] >= 1, "clients-per-message",
-          f"must be an integer >= 1, got {c['clients-per-message']}")
-    _need(c["device"] == "auto" or c["device"] == "cpu" or c["device"].startswith("cuda"), "device",
-          f"got {c['device']!r}; allowed: 'auto', 'cpu', 'cuda', 'cuda:<i>'")
-    _need(isinstance(c["seed"], int) and c["seed"] >= 0, "seed", f"must be an integer >= 0, got {c['seed']}")
-    _need(c["round-timeout"] > 0, "round-timeout", f"must be > 0 seconds, got {c['round-timeout']}")
-    _need(c["data-part"] in ("target", "shadow"), "data-part", f"got {c['data-part']!r}; allowed: 'target', 'shadow'")
-    _need(isinstance(c["capture-victims"], int) and 0 <= c["capture-victims"] <= c["num-clients"], "capture-victims",
-          f"must be an integer in [0, num-clients], got {c['capture-victims']}")
-    _need(isinstance(c["attack-round"], int) and 0 <= c["attack-round"] <= c["num-rounds"], "attack-round",
-          f"must be an integer in [0, num-rounds] (0 = last round), got {c['attack-round']}")
-    return DflDpConfig(
-        framework=c["framework"], dp=bool(c["dp"]), clip_norm=float(c["clip-norm"]), eps_cal=float(c["eps-cal"]),
-        delta_cal=float(c["delta-cal"]), delta_total=float(c["delta-total"]), num_clients=int(c["num-clients"]),
-        num_rounds=int(c["num-rounds"]), seed=int(c["seed"]), dataset=c["dataset"], data_dir=c["data-dir"],
-        data_fraction=float(c["data-fraction"]), test_fraction=float(c["test-fraction"]),
-        dirichlet_alpha=float(c["dirichlet-alpha"]), lr=float(c["lr"]), momentum=float(c["momentum"]),
-        weight_decay=float(c["weight-decay"]), batch_size=int(c["batch-size"]), local_epochs=int(c["local-epochs"]),
-        grad_clip=float(c["grad-clip"]), clients_per_message=int(c["clients-per-message"]), device=c["device"],
-        results_dir=c["results-dir"], run_name=c["run-name"], preset=c["preset"], data_part=c["data-part"],
-        capture_victims=int(c["capture-victims"]), attack_round=int(c["attack-round"]),
-        round_timeout=float(c["round-timeout"]), noise_seed_file=str(c["noise-seed-file"]),
-    )
+    cfg = KEYS.build(DflDpConfig, c)  # every single-key check (flower_apps/dfl_dp/study.py)
+    need(cfg.capture_victims <= cfg.num_clients, "capture-victims",
+         f"must be an integer in [0, num-clients], got {cfg.capture_victims}")
+    need(cfg.attack_round <= cfg.num_rounds, "attack-round",
+         f"must be an integer in [0, num-rounds] (0 = last round), got {cfg.attack_round}")
+    return cfg

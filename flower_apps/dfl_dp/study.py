@@ -1,31 +1,38 @@
-"""Registration of the dfl-dp study with the router."""
+"""The dfl-dp study: its name, ClientApp action and run keys (defaults = the paper's values).
+
+Imports nothing else of this package: config.py reads ``KEYS`` from here (see flower_apps.studies).
+"""
 
 from __future__ import annotations
 
-from flower_apps.config import StudySpec
-from flower_apps.dfl_dp import client_app, config, server_app
+from datasets.registry import DATASETS
+from flower_apps.config import COMMON_KEYS, SHARED_KEYS, Key, KeyTable
+from strategies.registry import FRAMEWORKS
 
-# Run keys this study adds to the common ones (defaults = the paper's values).
-KEYS = {
-    "framework": "fl",
-    "dp": True,
-    "clip-norm": 1.0,
-    "eps-cal": 2.0,
-    "delta-cal": 1e-5,
-    "delta-total": 1e-5,
-    "dirichlet-alpha": 0.5,
-    "lr": 0.01,
-    "momentum": 0.9,
-    "weight-decay": 5e-4,
-    "batch-size": 128,
-    "local-epochs": 1,
-    "grad-clip": 10.0,
-    "clients-per-message": 1,
-    "test-fraction": 0.2,
-    "data-part": "target",
-    "capture-victims": 0,
-    "attack-round": 0,
-}
+STUDY = "dfl-dp"
+ACTION = "dfl_dp"
 
-SPEC = StudySpec(config.STUDY, config.ACTION, config.PRESETS, config.build_config, server_app.server_main,
-                 client_app.train)
+KEYS = KeyTable(STUDY, (
+    COMMON_KEYS["num-clients"].refine(ge=2),
+    COMMON_KEYS["dataset"].refine(choices=DATASETS),
+    Key("framework", "fl", str, choices=FRAMEWORKS, doc="fl (FedAvg) or sequential-dfl (token passing)"),
+    Key("dp", True, bool, doc="add the matched Gaussian perturbation (false: no clipping, no noise)"),
+    Key("clip-norm", 1.0, float, gt=0, doc="C: L2 clipping norm of each update"),
+    Key("eps-cal", 2.0, float, gt=0, doc="epsilon used to calibrate sigma_abs"),
+    Key("delta-cal", 1e-5, float, gt=0, lt=1, doc="delta used to calibrate sigma_abs"),
+    SHARED_KEYS["delta-total"],
+    SHARED_KEYS["dirichlet-alpha"],
+    SHARED_KEYS["lr"],
+    SHARED_KEYS["momentum"],
+    SHARED_KEYS["weight-decay"],
+    SHARED_KEYS["batch-size"],
+    SHARED_KEYS["local-epochs"],
+    Key("grad-clip", 10.0, float, gt=0, doc="max gradient norm in local SGD (stability, every condition; not DP)"),
+    SHARED_KEYS["clients-per-message"],
+    SHARED_KEYS["test-fraction"],
+    Key("data-part", "target", str, choices=("target", "shadow"),
+        doc="clients hold target-train, or shadow-train (membership-inference shadow runs)"),
+    Key("capture-victims", 0, int, ge=0,
+        doc="clients whose models and gradients are saved for the attacks (<= num-clients)"),
+    Key("attack-round", 0, int, ge=0, doc="round captured for the attacks (0 = the last; <= num-rounds)"),
+))

@@ -6,16 +6,9 @@ import json
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from datasets.busi import TASKS, ULTRASOUND_SOURCES
-from flower_apps.config import ConfigError
-from flower_apps.ultrasound.models import ARCHS, check_image_size
-from privacy.dpsgd import GRAD_SAMPLE_MODES
-
-STUDY = "ultrasound"
-ACTION = "ultrasound"
-ALGORITHMS = ("fedavg", "fedprox", "fedadam")
-MODES = ("federated", "centralized", "local")
-PARTITIONS = ("iid", "non-iid", "label", "quantity", "feature")
+from flower_apps.config import ConfigError, need
+from flower_apps.ultrasound.models import check_image_size
+from flower_apps.ultrasound.study import ACTION, ALGORITHMS, KEYS, MODES, STUDY  # noqa: F401  (re-exported)
 
 # The paper's training recipe (Sec. "Experimental setup"), shared by every preset that trains.
 _RECIPE = {"lr": 1e-3, "batch-size": 32, "local-epochs": 5, "dirichlet-alpha": 0.5}
@@ -71,6 +64,7 @@ class UltrasoundConfig:
     results_dir: str
     run_name: str
     preset: str
+    round_timeout: float  # wall seconds the ServerApp waits for one round's replies
     noise_seed_file: str = ""  # "" = secure DP noise; else a local seed file (privacy.randomness)
 
     def to_json(self) -> str:
@@ -84,9 +78,9 @@ class UltrasoundConfig:
     def effective(self) -> dict:
         """The fields that can change this run's results (for resume hashing): DP knobs only with DP-SGD,
         mu only for FedProx, the server optimizer only for FedAdam; never output locations, the device or
-        the per-sample-gradient implementation (same mathematics, other speed)."""
+        the per-sample-gradient implementation (same mathematics, other speed), nor how long the server waits."""
         d = asdict(self)
-        for k in ("results_dir", "run_name", "device", "grad_sample_mode"):
+        for k in ("results_dir", "run_name", "device", "grad_sample_mode", "round_timeout"):
             d.pop(k)
         if not self.dp_sgd:
             for k in ("noise_multiplier", "max_grad_norm", "delta"):
@@ -112,77 +106,22 @@ class UltrasoundConfig:
                 f"K{self.num_clients}_T{self.num_rounds}_E{self.local_epochs}_{self.dataset}_s{self.seed}")
 
 
-def _need(cond: bool, key: str, msg: str) -> None:
-    if not cond:
-        raise ConfigError(f"{key}: {msg}")
-
-
-def _one_of(c: dict, key: str, allowed) -> None:
-    _need(c[key] in allowed, key, f"got {c[key]!r}; allowed: {sorted(allowed)}")
-
-
-def _int(c: dict, key: str, lo: int) -> None:
-    _need(isinstance(c[key], int) and not isinstance(c[key], bool) and c[key] >= lo, key,
-          f"must be an integer >= {lo}, got {c[key]!r}")
-
-
 def build_config(c: dict[str, Any]) -> UltrasoundConfig:
     """Validate the flat run config (kebab-case keys) and build the dataclass."""
-    _one_of(c, "us-mode", MODES)
-    _one_of(c, "us-algorithm", ALGORITHMS)
-    _one_of(c, "us-arch", ARCHS)
-    _one_of(c, "us-task", TASKS)
-    _one_of(c, "us-partition", PARTITIONS)
-    _one_of(c, "dataset", ULTRASOUND_SOURCES)
-    _one_of(c, "us-grad-sample-mode", GRAD_SAMPLE_MODES)
-    _int(c, "us-image-size", 8)
+    cfg = KEYS.build(UltrasoundConfig, c)  # every single-key check (flower_apps/ultrasound/study.py)
     try:
-        check_image_size(c["us-arch"], c["us-image-size"])
+        check_image_size(cfg.arch, cfg.image_size)
     except ValueError as exc:
         raise ConfigError(f"us-image-size: {exc}") from None
-    _int(c, "num-clients", 1)
-    _int(c, "num-rounds", 1)
-    _int(c, "local-epochs", 1)
-    _int(c, "batch-size", 1)
-    _int(c, "seed", 0)
-    _need(c["lr"] > 0, "lr", f"must be > 0, got {c['lr']}")
-    _need(0 < c["data-fraction"] <= 1, "data-fraction", f"must be in (0, 1], got {c['data-fraction']}")
-    _need(c["dirichlet-alpha"] > 0, "dirichlet-alpha", f"must be > 0, got {c['dirichlet-alpha']}")
-    _need(c["us-quantity-sigma"] >= 0, "us-quantity-sigma", f"must be >= 0, got {c['us-quantity-sigma']}")
-    _need(c["us-feature-skew"] >= 0, "us-feature-skew", f"must be >= 0, got {c['us-feature-skew']}")
-    _need(c["us-proximal-mu"] >= 0, "us-proximal-mu", f"must be >= 0, got {c['us-proximal-mu']}")
-    _need(c["us-server-lr"] > 0, "us-server-lr", f"must be > 0, got {c['us-server-lr']}")
-    for k in ("us-beta1", "us-beta2"):
-        _need(0 <= c[k] < 1, k, f"must be in [0, 1), got {c[k]}")
-    _need(c["us-noise-multiplier"] >= 0, "us-noise-multiplier", f"must be >= 0, got {c['us-noise-multiplier']}")
-    _need(c["us-max-grad-norm"] > 0, "us-max-grad-norm", f"must be > 0, got {c['us-max-grad-norm']}")
-    _need(0 < c["us-delta"] < 1, "us-delta", f"must be in (0, 1), got {c['us-delta']}")
-    _need(c["device"] in ("auto", "cpu") or str(c["device"]).startswith("cuda"), "device",
-          f"got {c['device']!r}; allowed: 'auto', 'cpu', 'cuda', 'cuda:<i>'")
-    if c["dataset"] == "breastmnist":
-        _need(c["us-task"] == "nonmalignant-vs-malignant", "us-task",
-              f"BreastMNIST is binary (normal+benign vs malignant); got {c['us-task']!r}, "
-              "allowed: ['nonmalignant-vs-malignant']")
-    elif c["us-task"] == "nonmalignant-vs-malignant":
-        _need(False, "us-task", "'nonmalignant-vs-malignant' is BreastMNIST's task; with BUSI use one of "
-              "['benign-vs-malignant', 'normal-vs-abnormal', 'three-class']")
-    if c["dataset"] == "synthetic" or c["us-synthetic-fallback"]:
-        _need(c["preset"] == "smoke", "dataset" if c["dataset"] == "synthetic" else "us-synthetic-fallback",
-              f"synthetic images are for the smoke preset only (got preset={c['preset']!r}); "
-              "reported results need real data: put BUSI in ../shared/data/busi/ or pass data-dir")
-    return UltrasoundConfig(
-        mode=c["us-mode"], algorithm=c["us-algorithm"], arch=c["us-arch"], task=c["us-task"],
-        partition=c["us-partition"], image_size=int(c["us-image-size"]), num_clients=int(c["num-clients"]),
-        num_rounds=int(c["num-rounds"]), local_epochs=int(c["local-epochs"]), batch_size=int(c["batch-size"]),
-        lr=float(c["lr"]), dirichlet_alpha=float(c["dirichlet-alpha"]), quantity_sigma=float(c["us-quantity-sigma"]),
-        feature_skew=float(c["us-feature-skew"]), proximal_mu=float(c["us-proximal-mu"]),
-        server_lr=float(c["us-server-lr"]), beta1=float(c["us-beta1"]), beta2=float(c["us-beta2"]),
-        dp_sgd=bool(c["us-dp-sgd"]), noise_multiplier=float(c["us-noise-multiplier"]),
-        max_grad_norm=float(c["us-max-grad-norm"]), delta=float(c["us-delta"]),
-        grad_sample_mode=c["us-grad-sample-mode"], pretrained=bool(c["us-pretrained"]),
-        weights_dir=str(c["us-weights-dir"]), synthetic_fallback=bool(c["us-synthetic-fallback"]),
-        dataset=c["dataset"], data_dir=str(c["data-dir"]), data_fraction=float(c["data-fraction"]),
-        seed=int(c["seed"]), device=str(c["device"]), results_dir=str(c["results-dir"]),
-        run_name=str(c["run-name"]), preset=str(c["preset"]),
-        noise_seed_file=str(c["noise-seed-file"]),
-    )
+    if cfg.dataset == "breastmnist":
+        need(cfg.task == "nonmalignant-vs-malignant", "us-task",
+             f"BreastMNIST is binary (normal+benign vs malignant); got {cfg.task!r}, "
+             "allowed: ['nonmalignant-vs-malignant']")
+    else:
+        need(cfg.task != "nonmalignant-vs-malignant", "us-task", "'nonmalignant-vs-malignant' is BreastMNIST's "
+             "task; with BUSI use one of ['benign-vs-malignant', 'normal-vs-abnormal', 'three-class']")
+    if cfg.dataset == "synthetic" or cfg.synthetic_fallback:
+        need(cfg.preset == "smoke", "dataset" if cfg.dataset == "synthetic" else "us-synthetic-fallback",
+             f"synthetic images are for the smoke preset only (got preset={cfg.preset!r}); "
+             "reported results need real data: put BUSI in ../shared/data/busi/ or pass data-dir")
+    return cfg

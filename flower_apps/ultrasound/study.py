@@ -1,39 +1,55 @@
-"""Registration of the ultrasound study with the router."""
+"""The ultrasound study: its name, ClientApp action and run keys (defaults = the paper's values).
+
+The shared keys lr / batch-size / local-epochs / dirichlet-alpha keep dfl-dp's defaults; the
+presets set the paper's values (Adam 1e-3, batch 32, 5 local epochs, alpha 0.5). Imports nothing
+else of this package but its model registry: config.py reads ``KEYS`` from here.
+"""
 
 from __future__ import annotations
 
-from flower_apps.config import StudySpec
-from flower_apps.ultrasound import client_app, config, server_app
+from datasets.busi import TASKS, ULTRASOUND_SOURCES
+from flower_apps.config import COMMON_KEYS, SHARED_KEYS, Key, KeyTable
+from flower_apps.ultrasound.models import ARCHS
+from privacy.dpsgd import GRAD_SAMPLE_MODES
 
-# Run keys this study adds to the common ones (defaults = the paper's values). The shared
-# keys lr / batch-size / local-epochs / dirichlet-alpha keep dfl-dp's defaults; the
-# presets set the paper's values (Adam 1e-3, batch 32, 5 local epochs, alpha 0.5).
-KEYS = {
-    "lr": 0.01,
-    "batch-size": 128,
-    "local-epochs": 1,
-    "dirichlet-alpha": 0.5,
-    "us-mode": "federated",  # federated | centralized | local
-    "us-algorithm": "fedavg",  # fedavg | fedprox | fedadam
-    "us-arch": "densenet121",  # exact timm name, see flower_apps/ultrasound/models.py
-    "us-task": "normal-vs-abnormal",  # | benign-vs-malignant | three-class (| nonmalignant-vs-malignant: BreastMNIST)
-    "us-partition": "non-iid",  # iid | non-iid (label+quantity+feature skew) | label | quantity | feature
-    "us-image-size": 224,
-    "us-quantity-sigma": 0.5,
-    "us-feature-skew": 1.0,
-    "us-proximal-mu": 0.01,
-    "us-server-lr": 0.01,
-    "us-beta1": 0.9,
-    "us-beta2": 0.99,
-    "us-dp-sgd": False,
-    "us-noise-multiplier": 2.0,
-    "us-max-grad-norm": 1.5,
-    "us-delta": 1e-5,
-    "us-grad-sample-mode": "ghost",  # ghost clipping + privacy/dpsgd.py's samplers: fastest on CPU, least memory
-    "us-pretrained": True,
-    "us-weights-dir": "",
-    "us-synthetic-fallback": False,
-}
+STUDY = "ultrasound"
+ACTION = "ultrasound"
+ALGORITHMS = ("fedavg", "fedprox", "fedadam")
+MODES = ("federated", "centralized", "local")
+PARTITIONS = ("iid", "non-iid", "label", "quantity", "feature")
 
-SPEC = StudySpec(config.STUDY, config.ACTION, config.PRESETS, config.build_config, server_app.server_main,
-                 client_app.train)
+KEYS = KeyTable(STUDY, (
+    COMMON_KEYS["dataset"].refine(choices=ULTRASOUND_SOURCES),
+    SHARED_KEYS["lr"],
+    SHARED_KEYS["batch-size"],
+    SHARED_KEYS["local-epochs"],
+    SHARED_KEYS["dirichlet-alpha"],
+    Key("us-mode", "federated", str, choices=MODES, field="mode",
+        doc="federated, or a baseline: centralized (pooled data) or local (each client alone)"),
+    Key("us-algorithm", "fedavg", str, choices=ALGORITHMS, field="algorithm", doc="federated algorithm"),
+    Key("us-arch", "densenet121", str, choices=ARCHS, field="arch",
+        doc="backbone: exact timm name (flower_apps/ultrasound/models.py)"),
+    Key("us-task", "normal-vs-abnormal", str, choices=TASKS, field="task",
+        doc="classification task (nonmalignant-vs-malignant: BreastMNIST's)"),
+    Key("us-partition", "non-iid", str, choices=PARTITIONS, field="partition",
+        doc="client split: iid, non-iid (label + quantity + feature skew) or one skew alone"),
+    Key("us-image-size", 224, int, ge=8, field="image_size",
+        doc="input side in pixels (the backbone may need a multiple)"),
+    Key("us-quantity-sigma", 0.5, float, ge=0, field="quantity_sigma", doc="lognormal sigma of the client-size skew"),
+    Key("us-feature-skew", 1.0, float, ge=0, field="feature_skew",
+        doc="strength of the per-client image transform skew"),
+    Key("us-proximal-mu", 0.01, float, ge=0, field="proximal_mu", doc="FedProx proximal term mu"),
+    Key("us-server-lr", 0.01, float, gt=0, field="server_lr", doc="FedAdam server learning rate"),
+    Key("us-beta1", 0.9, float, ge=0, lt=1, field="beta1", doc="FedAdam beta1"),
+    Key("us-beta2", 0.99, float, ge=0, lt=1, field="beta2", doc="FedAdam beta2"),
+    Key("us-dp-sgd", False, bool, field="dp_sgd", doc="train the clients with DP-SGD (Opacus)"),
+    Key("us-noise-multiplier", 2.0, float, ge=0, field="noise_multiplier", doc="z: DP-SGD noise multiplier"),
+    Key("us-max-grad-norm", 1.5, float, gt=0, field="max_grad_norm", doc="C: DP-SGD per-sample clipping norm"),
+    Key("us-delta", 1e-5, float, gt=0, lt=1, field="delta", doc="delta at which DP-SGD epsilon is reported"),
+    Key("us-grad-sample-mode", "ghost", str, choices=GRAD_SAMPLE_MODES, field="grad_sample_mode",
+        doc="per-sample gradient implementation (ghost clipping: fastest on CPU, least memory)"),
+    Key("us-pretrained", True, bool, field="pretrained", doc="start from ImageNet weights when available"),
+    Key("us-weights-dir", "", str, field="weights_dir", doc="where pretrained weights are ('' = the caches)"),
+    Key("us-synthetic-fallback", False, bool, field="synthetic_fallback",
+        doc="smoke only: labelled synthetic images when BUSI is absent"),
+))

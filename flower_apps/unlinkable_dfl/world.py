@@ -124,10 +124,10 @@ class World:
             sim.run_until(t0 + offset)
             sim.leave(node)
             self.alive.discard(node)
-        sim.run_until_idle(max_time=t0 + self.cfg.round_timeout)
+        sim.run_until_idle(max_time=t0 + self.cfg.virtual_round_timeout)
         records = sim.message_records()
         this = [records[m] for m in ids]
-        done = [r for r in this if r.delivered is not None and r.delivered <= t0 + self.cfg.round_timeout]
+        done = [r for r in this if r.delivered is not None and r.delivered <= t0 + self.cfg.virtual_round_timeout]
         inbox: dict[int, list[bytes]] = {}
         sent_by: dict[int, list[int]] = {}
         for i in sorted(self.alive):

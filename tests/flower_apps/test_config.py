@@ -1,8 +1,14 @@
+import dataclasses
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
-from flower_apps.config import RUN_CONFIG_DEFAULTS, ConfigError, pyproject_defaults
+from flower_apps.config import (COMMON_KEYS, DECLARED, RUN_CONFIG_DEFAULTS, ConfigError, Key, KeyTable,
+                                pyproject_defaults)
 from flower_apps.router import prepare
-from flower_apps.studies import STUDIES
+from flower_apps.studies import STUDIES, register_study
 
 
 def test_pyproject_holds_every_run_key_with_the_same_default():
@@ -49,6 +55,12 @@ def test_preset_applies_to_defaults_but_explicit_values_win():
     ({"dataset": "imagenet"}, "dataset", "fashion-mnist"),
     ({"device": "tpu"}, "device", "cpu"),
     ({"num-rounds": "ten"}, "num-rounds", "number"),
+    ({"eps-cal": float("inf")}, "eps-cal", "finite"),
+    ({"clip-norm": float("nan")}, "clip-norm", "finite"),
+    ({"clip-norm": float("inf")}, "clip-norm", "finite"),
+    ({"round-timeout": 0.0}, "round-timeout", "> 0"),
+    ({"seed": -3}, "seed", ">= 0"),
+    ({"noise-seed-file": "/nonexistent/noise.seed"}, "noise-seed-file", "does not exist"),
 ])
 def test_invalid_config_names_key_and_allowed_values(bad, key, allowed):
     with pytest.raises(ConfigError) as err:
@@ -69,4 +81,107 @@ def test_run_in_process_validates_before_starting_flower(tmp_path):
 
     with pytest.raises(ConfigError, match="eps-cal"):
         run_config_in_process({"eps-cal": -2.0, "results-dir": str(tmp_path)})
+    with pytest.raises(ConfigError, match="eps-cal must be a finite number"):
+        run_config_in_process({"eps-cal": float("inf"), "results-dir": str(tmp_path)})
+    with pytest.raises(ConfigError, match="tab-noise-multiplier"):
+        run_config_in_process({"study": "tabular-pdp", "tab-noise-multiplier": float("nan"),
+                               "results-dir": str(tmp_path)})
     assert not any(tmp_path.iterdir())
+
+
+# --- the one key table: everything below derives from the declarations -----------------------------
+
+def _study_keys():
+    return [(name, key) for name, spec in STUDIES.items() for key in spec.keys.keys.values()]
+
+
+def _outside(key: Key):
+    """A value just outside the key's declared range (None when it has none)."""
+    step = 1 if key.type is int else 0.5
+    for bound, bad in ((key.gt, key.gt), (key.ge, None if key.ge is None else key.ge - step),
+                       (key.lt, key.lt), (key.le, None if key.le is None else key.le + step)):
+        if bound is not None:
+            return key.type(bad)
+    return None
+
+
+@pytest.mark.parametrize("study,key", [(s, k) for s, k in _study_keys() if _outside(k) is not None],
+                         ids=lambda x: getattr(x, "name", x))
+def test_every_ranged_key_refuses_a_value_outside_its_range_naming_key_and_range(study, key):
+    with pytest.raises(ConfigError) as err:
+        prepare({"study": study, "preset": "smoke", key.name: _outside(key)})
+    assert str(err.value).startswith(key.name) and key.bounds() in str(err.value)
+
+
+@pytest.mark.parametrize("study,key", [(s, k) for s, k in _study_keys() if k.choices is not None],
+                         ids=lambda x: getattr(x, "name", x))
+def test_every_key_with_choices_refuses_another_value_listing_the_allowed_ones(study, key):
+    with pytest.raises(ConfigError) as err:
+        prepare({"study": study, "preset": "smoke", key.name: "no-such-value"})
+    assert str(err.value).startswith(key.name) and key.shown_choices()[0] in str(err.value)
+
+
+@pytest.mark.parametrize("bad,expected", [
+    ({"num-clients": 2.5}, "num-clients must be an integer >= 2, got 2.5"),
+    ({"dp": "yes"}, "dp must be true or false, got 'yes'"),
+    ({"run-name": 3}, "run-name must be a string, got 3"),
+    ({"lr": float("nan")}, "lr must be a finite number, got nan"),
+    ({"tab-k": float("inf")}, "tab-k must be a finite number"),  # another study's key: still no inf anywhere
+    ({"device": "cuda:x"}, "device: got 'cuda:x'; allowed: 'auto', 'cpu', 'cuda', 'cuda:<i>'"),
+    ({"capture-victims": 11, "preset": "smoke"}, "capture-victims: must be an integer in [0, num-clients]"),
+])
+def test_type_finite_and_cross_field_messages(bad, expected):
+    with pytest.raises(ConfigError) as err:
+        prepare(bad)
+    assert expected in str(err.value)
+
+
+def test_every_declared_default_passes_its_own_checks():
+    for key in DECLARED.values():
+        key.check(key.default)
+
+
+def test_every_config_field_is_filled_by_exactly_one_key_of_its_study():
+    for name, spec in STUDIES.items():
+        _, cfg = prepare({"study": name, "preset": "smoke"})
+        fields = [k.field for k in spec.keys.keys.values()]
+        assert len(fields) == len(set(fields)), name
+        assert {f.name for f in dataclasses.fields(cfg)} <= set(fields), name
+
+
+def test_shared_keys_have_one_declaration_across_studies():
+    for name, key in DECLARED.items():
+        users = [s.keys.keys[name] for s in STUDIES.values() if name in s.keys]
+        assert {k.declaration() for k in users} == {key.declaration()}, name
+
+
+def test_register_study_refuses_conflicting_or_repeated_declarations():
+    base = STUDIES["dfl-dp"]
+
+    def spec(name, *keys):
+        return dataclasses.replace(base, name=name, action=name.replace("-", "_"), keys=KeyTable(name, keys))
+
+    with pytest.raises(ValueError, match="'lr' default 0.1 conflicts with 0.01"):
+        register_study(spec("other", Key("lr", 0.1, float, gt=0, doc="client learning rate")))
+    with pytest.raises(ValueError, match="declared again"):
+        register_study(spec("other", Key("lr", 0.01, float, gt=0, doc="a second doc")))
+    with pytest.raises(ValueError, match="redefines the common key 'num-rounds'"):
+        KeyTable("other", [Key("num-rounds", 5, int, ge=1, doc="number of training rounds")])
+    with pytest.raises(ValueError, match="declares key 'x' twice"):
+        KeyTable("other", [Key("x", 1, int, doc="x"), Key("x", 1, int, doc="x")])
+    with pytest.raises(ValueError, match="keeps"):
+        COMMON_KEYS["num-clients"].refine(default=3)
+    assert "other" not in STUDIES
+
+
+def test_pyproject_block_and_docs_table_are_generated_from_the_declarations():
+    from flower_apps.keys import render_markdown
+
+    root = Path(__file__).resolve().parents[2]
+    check = subprocess.run([sys.executable, str(root / "scripts" / "sync_run_keys.py"), "--check"],
+                           capture_output=True, text=True, timeout=120)
+    assert check.returncode == 0, check.stderr
+    assert (root / "docs" / "run_keys.md").read_text() == render_markdown(), "run: python scripts/sync_run_keys.py"
+    text = (root / "pyproject.toml").read_text()
+    for key in DECLARED.values():  # each key's doc is a comment right above it
+        assert f"{key.name} = " in text and key.doc[:40] in text, key.name

@@ -1,11 +1,10 @@
 """tabular-pdp config: presets, bad keys fail before any training, sweep grid and resume."""
 
 import argparse
-from dataclasses import asdict
 
 import pytest
 
-from flower_apps.common.results import atomic_write_json, config_hash
+from flower_apps.common.results import atomic_write_json, run_hash
 from flower_apps.config import ConfigError
 
 
@@ -71,7 +70,7 @@ def test_sweep_grid_has_main_runs_then_one_poisoned_client_per_detection_run(tmp
         ("shift-targets", 3, 3), ("flip-targets", 3, 3), ("scale-features", 3, 3)}
     assert len({c.default_run_name for c in configs}) == len(configs)
     # resume: a summary with the same config hash marks the run done, another config's does not
-    atomic_write_json(run_dir(main[0]) / "summary.json", {"config_hash": config_hash(asdict(main[0]))})
+    atomic_write_json(run_dir(main[0]) / "summary.json", {"config_hash": run_hash(main[0])})
     assert is_complete(main[0]) and not is_complete(main[1])
     atomic_write_json(run_dir(main[1]) / "summary.json", {"config_hash": "stale"})
     assert not is_complete(main[1])

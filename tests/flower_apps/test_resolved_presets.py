@@ -1,0 +1,46 @@
+"""Every preset of every study resolves to the same config as before the one-key-table refactor.
+
+golden/resolved_presets.json was written from ``asdict(prepare({"study": s, "preset": p})[1])``
+BEFORE the run keys moved into flower_apps/config.py's table. The only intended differences are
+listed in FIELD_CHANGES (a field added or renamed, no value changed); anything else is a regression.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+
+import pytest
+
+from flower_apps.router import prepare
+from flower_apps.studies import STUDIES
+
+GOLDEN = json.loads((Path(__file__).parent / "golden" / "resolved_presets.json").read_text())
+
+# study -> (renamed fields old -> new, fields added with their value for every preset)
+FIELD_CHANGES = {
+    # round-timeout now reaches every study's ServerApp (wall seconds, the common key's default)
+    "tabular-pdp": ({}, {"round_timeout": 3600.0}),
+    "ultrasound": ({}, {"round_timeout": 3600.0}),
+    # udfl-round-timeout is virtual time; round_timeout is the common wall-clock wait
+    "unlinkable-dfl": ({"round_timeout": "virtual_round_timeout"}, {"round_timeout": 3600.0}),
+}
+
+
+def _expected(study: str, golden: dict) -> dict:
+    renamed, added = FIELD_CHANGES.get(study, ({}, {}))
+    out = {renamed.get(k, k): v for k, v in golden.items()}
+    return {**out, **added}
+
+
+@pytest.mark.parametrize("name", sorted(GOLDEN))
+def test_preset_resolves_to_the_golden_config(name):
+    study, preset = name.split("/")
+    _, cfg = prepare({"study": study, "preset": preset})
+    got = json.loads(json.dumps(asdict(cfg)))  # tuples -> lists, as in the golden file
+    assert got == _expected(study, GOLDEN[name])
+
+
+def test_golden_file_covers_every_study_and_preset():
+    assert sorted(GOLDEN) == sorted(f"{s}/{p}" for s, spec in STUDIES.items() for p in spec.presets)
