@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import os
 from collections.abc import Callable
 from typing import Any
@@ -11,9 +10,8 @@ from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 from flwr.simulation import run_simulation
 
+from flower_apps.common.logs import flower_logs_once
 from flower_apps.router import make_client_app, make_server_app, prepare
-
-log = logging.getLogger("flwr")
 
 
 def backend_config(num_cpus: float = 1, num_gpus: float = 0.0) -> dict:
@@ -31,9 +29,10 @@ def backend_config(num_cpus: float = 1, num_gpus: float = 0.0) -> dict:
 
 
 def simulate(server_app: ServerApp, num_supernodes: int, num_cpus: float = 1, num_gpus: float = 0.0) -> None:
-    """``flwr.simulation.run_simulation`` with the project's ClientApp."""
-    run_simulation(server_app=server_app, client_app=make_client_app(), num_supernodes=num_supernodes,
-                   backend_config=backend_config(num_cpus, num_gpus))
+    """``flwr.simulation.run_simulation`` with the project's ClientApp, each log line printed once."""
+    with flower_logs_once():
+        run_simulation(server_app=server_app, client_app=make_client_app(), num_supernodes=num_supernodes,
+                       backend_config=backend_config(num_cpus, num_gpus))
 
 
 def run_config_in_process(overrides: dict[str, Any], num_supernodes: int | None = None,

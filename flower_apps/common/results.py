@@ -60,6 +60,41 @@ def config_hash(config: dict) -> str:
     return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:12]
 
 
+# Config fields that cannot change a run's results: a finished run stays finished when they change.
+NOT_RESULTS = ("round_timeout",)
+
+
+def run_hash(cfg: Any) -> str:
+    """Identity of a run (a config dataclass) for resuming: every field except :data:`NOT_RESULTS`."""
+    import dataclasses
+
+    return config_hash({k: v for k, v in dataclasses.asdict(cfg).items() if k not in NOT_RESULTS})
+
+
+def run_folder(study: str, cfg: Any) -> Path:
+    """``<results-dir>/<study>/runs/<run-name or the config's default run name>``."""
+    return Path(cfg.results_dir) / study / "runs" / (cfg.run_name or cfg.default_run_name)
+
+
+def open_run_folder(folder: str | Path, cfg: Any) -> Path:
+    """Create a run's folder and write its resolved config (call it only after the data validated)."""
+    import dataclasses
+
+    out = Path(folder)
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(out / "config.json", dataclasses.asdict(cfg))
+    return out
+
+
+def is_finished(folder: str | Path, run_id: str) -> bool:
+    """True when ``folder`` holds a summary of the run identified by ``run_id`` (sweeps resume)."""
+    p = Path(folder) / "summary.json"
+    try:
+        return p.is_file() and read_json(p).get("config_hash") == run_id
+    except (OSError, ValueError):
+        return False
+
+
 def _json_default(o: Any) -> Any:
     import numpy as np
 

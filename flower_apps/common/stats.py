@@ -24,8 +24,10 @@ class SeedSummary:
     def fmt(self, digits: int = 2) -> str:
         """'mean +- sd [lo, hi]' or 'Not reached (x/n)' when not every seed has a value."""
         if self.n < self.n_total:
-            return f"Not reached ({self.n}/{self.n_total})" if self.n == 0 else (
-                f"{self.mean:.{digits}f} +- {self.sd:.{digits}f} (reached {self.n}/{self.n_total})")
+            if self.n == 0:
+                return f"Not reached (0/{self.n_total})"
+            spread = "" if self.n == 1 else f" +- {self.sd:.{digits}f}"  # one value has no sample SD
+            return f"{self.mean:.{digits}f}{spread} (reached {self.n}/{self.n_total})"
         if self.n == 1:
             return f"{self.mean:.{digits}f}"
         return f"{self.mean:.{digits}f} +- {self.sd:.{digits}f} [{self.ci_low:.{digits}f}, {self.ci_high:.{digits}f}]"

@@ -9,9 +9,10 @@ import numpy as np
 import torch
 
 from attacks.inversion.figures import GridRow, save_reconstruction_grid
-from flower_apps.common.plots import save_fig
+from flower_apps.common.plots import save_fig, subplots
 from flower_apps.common.stats import summarize
-from flower_apps.dfl_dp.report import FW_LABEL, _write_table
+from flower_apps.common.tables import group_by, seed_cell, write_table
+from flower_apps.dfl_dp.report import FW_LABEL
 
 CONDITION_ORDER = ("nodp",)
 
@@ -32,32 +33,25 @@ def _cond_key(cond: str) -> tuple:
 
 def mia_tables(rows: list[dict], out: Path) -> str:
     """Table 5: AUC (and TPR at FPR 0.1% / 1%) per framework, condition, feature and classifier."""
-    groups: dict[tuple, list[dict]] = defaultdict(list)
-    for r in rows:
-        groups[(r["framework"], r["condition"], r["feature"], r["classifier"])].append(r)
+    groups = group_by(rows, lambda r: (r["framework"], r["condition"], r["feature"], r["classifier"]))
     table = []
     for key in sorted(groups, key=lambda k: (k[0], _cond_key(k[1]), k[2], k[3])):
         g = groups[key]
         table.append({"framework": FW_LABEL.get(key[0], key[0]), "condition": _cond_label(key[1]),
                       "feature": key[2], "classifier": key[3], "seeds": len(g),
-                      "ROC-AUC": summarize([r["auc"] for r in g]).fmt(3),
-                      "TPR@FPR=0.1%": summarize([r["tpr_at_fpr_0.001"] for r in g]).fmt(4),
-                      "TPR@FPR=1%": summarize([r["tpr_at_fpr_0.01"] for r in g]).fmt(4),
+                      "ROC-AUC": seed_cell([r["auc"] for r in g], 3),
+                      "TPR@FPR=0.1%": seed_cell([r["tpr_at_fpr_0.001"] for r in g], 4),
+                      "TPR@FPR=1%": seed_cell([r["tpr_at_fpr_0.01"] for r in g], 4),
                       "_auc": summarize([r["auc"] for r in g])})
-    md = _write_table(table, out / "table5_membership_inference",
+    md = write_table(table, out / "table5_membership_inference",
                       "Table 5: membership inference (shadow models; loss threshold as baseline)")
     _figure7(table, out / "figure7_mia_auc.png")
     return md
 
 
 def _figure7(table: list[dict], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     fws = sorted({r["framework"] for r in table})
-    fig, axes = plt.subplots(1, len(fws), figsize=(6 * len(fws), 3.6), squeeze=False)
+    fig, axes = subplots(1, len(fws), figsize=(6 * len(fws), 3.6), squeeze=False)
     for ax, fw in zip(axes[0], fws):
         rs = [r for r in table if r["framework"] == fw]
         conds = list(dict.fromkeys(r["condition"] for r in rs))
@@ -93,11 +87,11 @@ def inversion_tables(rows: list[dict], out: Path, view: str) -> str:
         row = {"framework": FW_LABEL.get(key[0], key[0]), "condition": _cond_label(key[1]), "attack": key[2],
                "seeds": len(seeds), "gradients": sum(len(v) for v in seeds.values())}
         for m, d in (("mse", 4), ("psnr", 2), ("ssim", 3), ("label_correct", 2)):
-            row[m.upper() if m != "label_correct" else "label acc"] = summarize(
-                [float(np.mean([r[m] for r in v])) for v in seeds.values()]).fmt(d)
+            row[m.upper() if m != "label_correct" else "label acc"] = seed_cell(
+                [float(np.mean([r[m] for r in v])) for v in seeds.values()], d)
         table.append(row)
     stem = out / ("table6_gradient_inversion" + ("" if view == "gradient" else "_noised_update"))
-    return _write_table(table, stem, f"Table 6: gradient inversion (adversary view: {view})")
+    return write_table(table, stem, f"Table 6: gradient inversion (adversary view: {view})")
 
 
 def figure8(rows: list[dict], out: Path, plan_lookup, view: str) -> None:

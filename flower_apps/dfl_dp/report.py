@@ -9,34 +9,24 @@ error bars. Figure 6: accuracy curves with 95% t-interval bands.
 
 from __future__ import annotations
 
-from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
 
-from flower_apps.common.plots import save_fig
+from flower_apps.common.plots import colormap, save_fig, subplots
 from flower_apps.common.results import atomic_write_text, read_json
 from flower_apps.common.stats import summarize
+from flower_apps.common.tables import group_by, write_table
 from flower_apps.dfl_dp.metrics import retention_and_degradation
 
 FW_LABEL = {"fl": "FL", "sequential-dfl": "Sequential DFL"}
 
 
-def _plt():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 def plot_class_counts(counts: np.ndarray, path: Path) -> None:
     """Stacked bars of per-client class counts (the seed paper's Figure 3)."""
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(max(6, counts.shape[0] * 0.08), 3.2))
+    fig, ax = subplots(figsize=(max(6, counts.shape[0] * 0.08), 3.2))
     bottom = np.zeros(counts.shape[0])
-    cmap = plt.get_cmap("tab10")
+    cmap = colormap("tab10")
     for k in range(counts.shape[1]):
         ax.bar(np.arange(counts.shape[0]), counts[:, k], bottom=bottom, width=0.9, color=cmap(k % 10), label=str(k))
         bottom += counts[:, k]
@@ -67,12 +57,9 @@ def _sort_key(cond: str) -> tuple:
 
 def build_rows(summaries: list[dict]) -> tuple[list[dict], list[dict]]:
     """(Table 3 rows, Table 4 rows) aggregated over seeds."""
-    groups: dict[tuple[str, str], list[dict]] = defaultdict(list)
-    nodp: dict[tuple[str, int, int, int, str], float] = {}
-    for s in summaries:
-        groups[(s["framework"], condition_of(s))].append(s)
-        if not s["dp"]:
-            nodp[(s["framework"], s["seed"], s["num_clients"], s["num_rounds"], s["dataset"])] = s["final_acc"]
+    groups = group_by(summaries, lambda s: (s["framework"], condition_of(s)))
+    nodp = {(s["framework"], s["seed"], s["num_clients"], s["num_rounds"], s["dataset"]): s["final_acc"]
+            for s in summaries if not s["dp"]}
     t3, t4 = [], []
     for (fw, cond) in sorted(groups, key=lambda k: (k[0], _sort_key(k[1]))):
         runs = groups[(fw, cond)]
@@ -112,21 +99,10 @@ def build_rows(summaries: list[dict]) -> tuple[list[dict], list[dict]]:
     return t3, t4
 
 
-def _write_table(rows: list[dict], stem: Path, title: str) -> str:
-    cols = [c for c in rows[0] if not c.startswith("_")] if rows else []
-    csv = ",".join(cols) + "\n" + "".join(",".join(f'"{r[c]}"' for c in cols) + "\n" for r in rows)
-    md = f"### {title}\n\n| " + " | ".join(cols) + " |\n|" + "---|" * len(cols) + "\n"
-    md += "".join("| " + " | ".join(str(r[c]) for c in cols) + " |\n" for r in rows)
-    atomic_write_text(stem.with_suffix(".csv"), csv)
-    atomic_write_text(stem.with_suffix(".md"), md)
-    return md
-
-
 def _bar_figure(rows: list[dict], key: str, ylabel: str, path: Path) -> None:
-    plt = _plt()
     conds = sorted({r["condition"] for r in rows}, key=_sort_key)
     fws = sorted({r["framework"] for r in rows})
-    fig, ax = plt.subplots(figsize=(max(6, len(conds) * 0.9), 3.6))
+    fig, ax = subplots(figsize=(max(6, len(conds) * 0.9), 3.6))
     width = 0.8 / max(len(fws), 1)
     for j, fw in enumerate(fws):
         xs, ys, errs = [], [], []
@@ -147,15 +123,12 @@ def _bar_figure(rows: list[dict], key: str, ylabel: str, path: Path) -> None:
 
 
 def _curves_figure(summaries: list[dict], path: Path) -> None:
-    plt = _plt()
-    groups: dict[tuple[str, str], list[list[float]]] = defaultdict(list)
-    for s in summaries:
-        groups[(s["framework"], condition_of(s))].append(s["acc_curve"])
+    groups = group_by(summaries, lambda s: (s["framework"], condition_of(s)))
     fws = sorted({k[0] for k in groups})
-    fig, axes = plt.subplots(1, len(fws), figsize=(5.5 * len(fws), 3.8), squeeze=False)
+    fig, axes = subplots(1, len(fws), figsize=(5.5 * len(fws), 3.8), squeeze=False)
     for ax, fw in zip(axes[0], fws):
         for cond in sorted({k[1] for k in groups if k[0] == fw}, key=_sort_key):
-            curves = groups[(fw, cond)]
+            curves = [s["acc_curve"] for s in groups[(fw, cond)]]
             t = min(len(c) for c in curves)
             arr = np.asarray([c[:t] for c in curves]) * 100
             rounds = np.arange(1, t + 1)
@@ -180,9 +153,9 @@ def write_report(results_dir: str | Path) -> str:
     out = Path(results_dir) / "dfl-dp"
     t3, t4 = build_rows(summaries)
     notes = sorted({n for s in summaries for n in s.get("data_notes", [])})
-    md = _write_table(t3, out / "table3_utility", "Table 3: utility, convergence, clipping and privacy")
+    md = write_table(t3, out / "table3_utility", "Table 3: utility, convergence, clipping and privacy")
     if t4:
-        md += "\n" + _write_table(t4, out / "table4_retention", "Table 4: utility retention and degradation vs No-DP")
+        md += "\n" + write_table(t4, out / "table4_retention", "Table 4: utility retention and degradation vs No-DP")
         _bar_figure(t4, "_ret", "utility retention (%)", out / "figure4_retention.png")
         _bar_figure(t4, "_deg", "accuracy degradation (pp)", out / "figure5_degradation.png")
     _curves_figure(summaries, out / "figure6_accuracy_curves.png")

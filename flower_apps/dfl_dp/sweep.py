@@ -12,20 +12,15 @@ start-up). At the end the tables and figures are rebuilt from every finished run
 from __future__ import annotations
 
 import argparse
-import logging
 import math
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from flower_apps.common.sweep import pending_runs, run_pending
-from flower_apps.config import RUN_CONFIG_DEFAULTS, ConfigError, resolve
-from flower_apps.dfl_dp.config import PRESETS, DflDpConfig
+from flower_apps.common.sweep import add_data_args, run_keys, run_pending, sweep_main, sweep_overrides, sweep_parser
+from flower_apps.dfl_dp.config import DflDpConfig
 from flower_apps.dfl_dp.report import write_report
 from flower_apps.dfl_dp.server_app import is_complete, server_main
 from flower_apps.studies import STUDIES
-
-log = logging.getLogger("flwr")
 
 
 @dataclass(frozen=True)
@@ -71,12 +66,11 @@ def build_configs(args: argparse.Namespace) -> list[DflDpConfig]:
     victim gradients (``capture-victims``), and each gets a shadow run on shadow-train.
     """
     grid = GRIDS[args.grid]
-    overrides: dict = {"study": "dfl-dp", "preset": grid.preset, "results-dir": str(Path(args.results_dir).resolve())}
-    for key, val in (("num-clients", args.clients), ("num-rounds", args.rounds), ("data-fraction", args.data_fraction),
-                     ("dataset", args.dataset), ("clients-per-message", args.clients_per_message),
-                     ("data-dir", args.data_dir), ("device", args.device)):
-        if val is not None:
-            overrides[key] = val
+    overrides = sweep_overrides("dfl-dp", grid.preset, args.results_dir, {
+        "noise-seed-file": args.noise_seed_file,
+        "num-clients": args.clients, "num-rounds": args.rounds, "data-fraction": args.data_fraction,
+        "dataset": args.dataset, "clients-per-message": args.clients_per_message, "data-dir": args.data_dir,
+        "device": args.device})
     clip_norms = tuple(args.clip_norms or grid.clip_norms)
     eps_cals = tuple(args.eps_cal or grid.eps_cals)
     conditions = [{"dp": False}] + [{"dp": True, "clip-norm": c, "eps-cal": e} for c in clip_norms for e in eps_cals]
@@ -92,11 +86,7 @@ def build_configs(args: argparse.Namespace) -> list[DflDpConfig]:
     for seed in seeds:
         for fw in frameworks:
             for cond in conditions:
-                raw = {**RUN_CONFIG_DEFAULTS, **overrides, "seed": seed, "framework": fw, **cond}
-                # The preset must win over defaults but not over the sweep's explicit knobs.
-                _, flat = resolve({k: v for k, v in raw.items()}, STUDIES)
-                flat.update({k: v for k, v in overrides.items() if k not in ("preset",)})
-                flat.update({"seed": seed, "framework": fw, **cond})
+                flat = run_keys(overrides, {"seed": seed, "framework": fw, **cond})
                 cfg = spec.build_config(flat)
                 if is_attacked(cfg, args):
                     configs.append(spec.build_config({**flat, "capture-victims": args.victims}))
@@ -107,25 +97,17 @@ def build_configs(args: argparse.Namespace) -> list[DflDpConfig]:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m flower_apps.dfl_dp.sweep", description=__doc__.split("\n")[0])
+    p = sweep_parser("flower_apps.dfl_dp.sweep", __doc__)
     p.add_argument("--grid", choices=sorted(GRIDS), default="reduced")
-    p.add_argument("--results-dir", default="results")
-    p.add_argument("--seeds", type=int, help="number of seeds (default: the grid's)")
-    p.add_argument("--seed0", type=int, default=0, help="first seed")
     p.add_argument("--clients", type=int, help="N (keep 100: sigma_abs scales as C/N)")
     p.add_argument("--rounds", type=int, help="T")
-    p.add_argument("--data-fraction", type=float)
-    p.add_argument("--dataset")
-    p.add_argument("--data-dir")
-    p.add_argument("--device")
+    add_data_args(p)
     p.add_argument("--clip-norms", type=float, nargs="+")
     p.add_argument("--eps-cal", type=float, nargs="+")
     p.add_argument("--frameworks", nargs="+", choices=["fl", "sequential-dfl"])
     p.add_argument("--clients-per-message", type=int,
                    help="logical clients per Flower message (transport only; default: the preset's)")
-    p.add_argument("--num-cpus", type=float, default=1, help="CPUs per virtual SuperNode (Ray client resources)")
     p.add_argument("--num-gpus", type=float, default=None, help="GPUs per virtual SuperNode (default: 0.5 if CUDA)")
-    p.add_argument("--report-only", action="store_true", help="only rebuild tables and figures")
     a = p.add_argument_group("attacks (membership inference with shadow models, gradient inversion)")
     a.add_argument("--attacks", action="store_true",
                    help="also run both attack families on No-DP and C=1 x eps_cal in {0.5,1,2,3,4}")
@@ -141,21 +123,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    try:
-        configs = build_configs(args)
-    except (ConfigError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    if not args.report_only:
-        pending = pending_runs("dfl-dp", args.grid, configs, is_complete)
-        if pending:
-            _run(pending, args)
-    md = write_report(args.results_dir)
-    if args.attacks:
-        md += "\n" + run_attacks(configs, args)
-    print(md)
-    print(f"Tables and figures in {Path(args.results_dir).resolve() / 'dfl-dp'}")
-    return 0
+
+    def report(configs: list[DflDpConfig]) -> str:
+        md = write_report(args.results_dir)
+        return md + "\n" + run_attacks(configs, args) if args.attacks else md
+
+    return sweep_main("dfl-dp", args.grid, lambda: build_configs(args), is_complete, lambda p: _run(p, args), report,
+                      Path(args.results_dir) / "dfl-dp", report_only=args.report_only)
 
 
 def shadow_overhead(targets: list[DflDpConfig], shadows: dict) -> str:

@@ -5,6 +5,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from flower_apps.common import seeding
+from flower_apps.common.local_training import run_epochs
+
 
 class SeverityMLP(nn.Module):
     """MLP predicting Target_Severity_Score from the anonymized features."""
@@ -31,31 +34,19 @@ def build_model(seed: int, in_features: int) -> SeverityMLP:
 
 
 def client_generator(seed: int, server_round: int, cid: int) -> torch.Generator:
-    """Batch-order generator of one client in one round (same in every DP setting: paired comparison)."""
-    return torch.Generator().manual_seed(((seed * 1_000_003 + server_round) * 1_000_003 + cid) % (2**63))
+    """Batch-order generator of one client in one round (same in every DP setting: paired comparison).
+
+    Client multiplier 1,000,003 and modulus 2**63, not the shared defaults: Table III was computed with them.
+    """
+    return seeding.client_generator(seed, server_round, cid, client_multiplier=1_000_003, modulus=2**63)
 
 
 def train_local(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, lr: float, batch_size: int, epochs: int,
                 generator: torch.Generator, device: torch.device) -> float:
     """Adam (fresh state each round) on the MSE loss; returns the mean training loss of the last epoch."""
-    model.train()
     opt = torch.optim.Adam(model.parameters(), lr=lr)
-    loss_fn = nn.MSELoss()
-    x, y = x.to(device), y.to(device)
-    n = len(y)
-    last = float("nan")
-    for _ in range(epochs):
-        perm = torch.randperm(n, generator=generator).to(device)
-        total = 0.0
-        for i in range(0, n, batch_size):
-            idx = perm[i : i + batch_size]
-            opt.zero_grad(set_to_none=True)
-            loss = loss_fn(model(x[idx]), y[idx])
-            loss.backward()
-            opt.step()
-            total += float(loss.detach()) * len(idx)
-        last = total / n
-    return last
+    return run_epochs(model, x.to(device), y.to(device), opt, nn.MSELoss(), batch_size=batch_size, epochs=epochs,
+                      generator=generator).last_epoch_loss
 
 
 @torch.no_grad()

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import numpy as np
 
-from flower_apps.common.plots import save_fig
+from flower_apps.common.plots import save_fig, subplots
 from flower_apps.common.results import atomic_write_json, atomic_write_text, read_json
-from flower_apps.common.stats import summarize
+from flower_apps.common.tables import group_by, seed_cell, write_table
 from privacy.anonymization import QUASI_IDENTIFIERS
 from privacy.drift import DriftReport, detection_rates
 
@@ -24,28 +24,6 @@ PAPER_TABLE3 = {"vanilla": ("0.578 +- 0.006", "0.125"), "gdp": ("0.847 +- 0.273"
                 "pdp": ("0.836 +- 0.270", "0.177")}
 PAPER_TABLE2 = {"levels": [2, 1, 0, 0], "arirec": (0.1168, 0.1214), "t": (0.20, 0.32)}
 SETTING_LABEL = {"vanilla": "Vanilla FL (FedAvg)", "gdp": "FL + GDP", "pdp": "FL + PDP (ARIREC)"}
-
-
-def _plt():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def write_table(rows: list[dict], stem: Path, title: str, note: str = "") -> str:
-    """CSV + Markdown of ``rows`` (keys starting with '_' are left out); returns the Markdown."""
-    cols = [c for c in rows[0] if not c.startswith("_")] if rows else []
-    csv = ",".join(cols) + "\n" + "".join(",".join(f'"{r[c]}"' for c in cols) + "\n" for r in rows)
-    md = f"### {title}\n\n| " + " | ".join(cols) + " |\n|" + "---|" * len(cols) + "\n"
-    md += "".join("| " + " | ".join(str(r[c]) for c in cols) + " |\n" for r in rows)
-    if note:
-        md += f"\n{note}\n"
-    atomic_write_text(stem.with_suffix(".csv"), csv)
-    atomic_write_text(stem.with_suffix(".md"), md)
-    return md
 
 
 def anonymization_rows(summary_like: dict) -> list[dict]:
@@ -87,9 +65,8 @@ def write_anonymization(anon, cfg, out: Path) -> str:
 
 def plot_heatmap(divergence: np.ndarray, labels: list[str], flagged: list[int], path: Path, title: str) -> None:
     """Figure 1: the pairwise divergence matrix, flagged clients' labels in red."""
-    plt = _plt()
     n = len(labels)
-    fig, ax = plt.subplots(figsize=(1.0 + 0.55 * n, 0.6 + 0.5 * n))
+    fig, ax = subplots(figsize=(1.0 + 0.55 * n, 0.6 + 0.5 * n))
     im = ax.imshow(divergence, cmap="viridis")
     ax.set_xticks(range(n))
     ax.set_yticks(range(n))
@@ -164,10 +141,9 @@ def table3_rows(summaries: list[dict]) -> list[dict]:
     order = {"vanilla": 0, "gdp": 1, "pdp": 2}
     for (name, epochs, rounds, dataset) in sorted(groups, key=lambda k: (k[1], k[2], k[3], order[k[0]])):
         runs = groups[(name, epochs, rounds, dataset)]
-        mae, mre = summarize([r["final_mae"] for r in runs]), summarize([r["final_mre"] for r in runs])
         row = {"setting": SETTING_LABEL[name], "scale": f"{rounds} rounds x {epochs} epochs", "seeds": len(runs),
-               "MAE": mae.fmt(3), "MRE": mre.fmt(3), "paper MAE": PAPER_TABLE3[name][0],
-               "paper MRE": PAPER_TABLE3[name][1],
+               "MAE": seed_cell([r["final_mae"] for r in runs], 3), "MRE": seed_cell([r["final_mre"] for r in runs], 3),
+               "paper MAE": PAPER_TABLE3[name][0], "paper MRE": PAPER_TABLE3[name][1],
                "C (mean)": f"{np.mean([r['_run']['clip_norm'] for r in runs]):.3g}"}
         if name == "vanilla":
             row.update({"eps per client (RDP, delta)": "inf", "eps server view": "inf"})
@@ -185,9 +161,7 @@ def table3_rows(summaries: list[dict]) -> list[dict]:
 
 def detection_rows(summaries: list[dict]) -> list[dict]:
     """Detection rate and FPR per poison kind over every run (clean runs give the FPR with no attacker)."""
-    groups: dict[str, list[dict]] = defaultdict(list)
-    for s in summaries:
-        groups[s["poison"]].append(s)
+    groups = group_by(summaries, lambda s: s["poison"])
     rows = []
     for kind in sorted(groups, key=lambda k: (k != "none", k)):
         runs = groups[kind]

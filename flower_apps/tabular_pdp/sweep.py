@@ -20,12 +20,10 @@ same config. The tables and figures are rebuilt from every finished run at the e
 from __future__ import annotations
 
 import argparse
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from flower_apps.common.sweep import pending_runs, run_pending
-from flower_apps.config import RUN_CONFIG_DEFAULTS, ConfigError, resolve
+from flower_apps.common.sweep import add_data_args, run_keys, run_pending, sweep_main, sweep_overrides, sweep_parser
 from flower_apps.studies import STUDIES
 from flower_apps.tabular_pdp.config import POISONS, STUDY, TabularPdpConfig
 from flower_apps.tabular_pdp.report import write_report
@@ -55,12 +53,10 @@ GRIDS = {
 def build_configs(args: argparse.Namespace) -> list[TabularPdpConfig]:
     """Every run as a validated config: main runs first, then the drift demonstration."""
     grid = GRIDS[args.grid]
-    overrides: dict = {"study": STUDY, "preset": grid.preset, "results-dir": str(Path(args.results_dir).resolve())}
-    for key, val in (("local-epochs", args.epochs), ("num-rounds", args.rounds), ("dataset", args.dataset),
-                     ("data-dir", args.data_dir), ("data-fraction", args.data_fraction), ("device", args.device),
-                     ("tab-clip-norm", args.clip_norm)):
-        if val is not None:
-            overrides[key] = val
+    overrides = sweep_overrides(STUDY, grid.preset, args.results_dir, {
+        "noise-seed-file": args.noise_seed_file,
+        "local-epochs": args.epochs, "num-rounds": args.rounds, "dataset": args.dataset, "data-dir": args.data_dir,
+        "data-fraction": args.data_fraction, "device": args.device, "tab-clip-norm": args.clip_norm})
     if args.clip_norm is not None:
         overrides["tab-clip-mode"] = "fixed"
     seeds = range(args.seed0, args.seed0 + (grid.seeds if args.seeds is None else args.seeds))
@@ -71,11 +67,7 @@ def build_configs(args: argparse.Namespace) -> list[TabularPdpConfig]:
     spec = STUDIES[STUDY]
     configs = []
     for run in runs:
-        raw = {**RUN_CONFIG_DEFAULTS, **overrides, **run}
-        _, flat = resolve(raw, STUDIES)
-        # The preset wins over defaults, not over the sweep's explicit knobs.
-        flat.update({k: v for k, v in overrides.items() if k != "preset"})
-        flat.update(run)
+        flat = run_keys(overrides, run)
         if run.get("tab-poison", "none") != "none":
             flat["tab-poison-client"] = run["seed"] % flat["num-clients"]
         configs.append(spec.build_config(flat))
@@ -83,48 +75,34 @@ def build_configs(args: argparse.Namespace) -> list[TabularPdpConfig]:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m flower_apps.tabular_pdp.sweep", description=__doc__.split("\n")[0])
+    p = sweep_parser("flower_apps.tabular_pdp.sweep", __doc__, seeds_help="main runs (default: the grid's)")
     p.add_argument("--grid", choices=sorted(GRIDS), default="reduced")
-    p.add_argument("--results-dir", default="results")
-    p.add_argument("--seeds", type=int, help="main runs (default: the grid's)")
     p.add_argument("--drift-seeds", type=int, help="runs per poison kind (default: the grid's; 0 = none)")
-    p.add_argument("--seed0", type=int, default=0, help="first seed")
     p.add_argument("--poisons", nargs="+", choices=[x for x in POISONS if x != "none"])
     p.add_argument("--epochs", type=int, help="local epochs per round (default: the preset's)")
     p.add_argument("--rounds", type=int, help="rounds per setting (default: the preset's)")
     p.add_argument("--clip-norm", type=float, help="fix C (tab-clip-mode=fixed) instead of estimating it, "
                    "e.g. the paper's 8.5")
-    p.add_argument("--dataset", choices=["cancer-synthetic", "cancer-csv"])
-    p.add_argument("--data-dir", help="the CSV (or its folder) for --dataset cancer-csv")
-    p.add_argument("--data-fraction", type=float)
-    p.add_argument("--device")
-    p.add_argument("--num-cpus", type=float, default=1, help="CPUs per virtual SuperNode (Ray client resources)")
+    add_data_args(p, ["cancer-synthetic", "cancer-csv"], "the CSV (or its folder) for --dataset cancer-csv")
     p.add_argument("--real-csv", help="also report anonymization on this real partial CSV (e.g. the shared "
                    "50,000-row file; see flower_apps.tabular_pdp.real_table)")
-    p.add_argument("--report-only", action="store_true", help="only rebuild tables and figures")
     return p.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    try:
-        configs = build_configs(args)
-    except (ConfigError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    if not args.report_only:
-        pending = pending_runs("tabular-pdp", args.grid, configs, is_complete)
-        if pending:
-            _run(pending, args)
-    md = write_report(args.results_dir)
-    if args.real_csv:
-        from flower_apps.tabular_pdp.real_table import partial_table_report, write_partial_report
+    out = Path(args.results_dir) / "tabular-pdp"
 
-        md += "\n" + write_partial_report(partial_table_report(args.real_csv),
-                                          Path(args.results_dir) / "tabular-pdp")
-    print(md)
-    print(f"Tables and figures in {Path(args.results_dir).resolve() / 'tabular-pdp'}")
-    return 0
+    def report(configs: list[TabularPdpConfig]) -> str:
+        md = write_report(args.results_dir)
+        if args.real_csv:
+            from flower_apps.tabular_pdp.real_table import partial_table_report, write_partial_report
+
+            md += "\n" + write_partial_report(partial_table_report(args.real_csv), out)
+        return md
+
+    return sweep_main(STUDY, args.grid, lambda: build_configs(args), is_complete, lambda p: _run(p, args), report,
+                      out, report_only=args.report_only)
 
 
 def _run(pending: list[TabularPdpConfig], args: argparse.Namespace) -> None:

@@ -14,15 +14,15 @@ Every comparison states the dataset-size caveat.
 from __future__ import annotations
 
 import math
-
-from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
 
-from flower_apps.common.plots import save_fig
-from flower_apps.common.results import atomic_write_text, read_json, read_jsonl
+from flower_apps.common import tables
+from flower_apps.common.plots import integer_ticks, save_fig, subplots
+from flower_apps.common.results import atomic_write_text, read_json
 from flower_apps.common.stats import summarize
+from flower_apps.common.tables import csv_text, group_by
 
 METRICS = ("accuracy", "f1", "precision", "recall", "specificity", "auc")
 METHOD_LABEL = {"fedavg": "FedAvg", "fedprox": "FedProx", "fedadam": "FedAdam (FedOpt)",
@@ -41,41 +41,9 @@ PAPER_REFERENCE = {
 }
 
 
-def _plt():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def MaxNLocator(**kw):  # noqa: N802 - matplotlib's class, imported lazily (Agg backend first)
-    from matplotlib.ticker import MaxNLocator as _Locator
-
-    return _Locator(**kw)
-
-
 def write_table(rows: list[dict], stem: Path, title: str, note: str = "") -> str:
-    """CSV + Markdown of ``rows`` (keys starting with '_' are left out); returns the Markdown."""
-    cols = [c for c in rows[0] if not c.startswith("_")] if rows else []
-    esc = lambda v: str(v).replace('"', "'")  # noqa: E731
-    csv = ",".join(cols) + "\n" + "".join(",".join(f'"{esc(r.get(c, ""))}"' for c in cols) + "\n" for r in rows)
-    md = f"### {title}\n\n"
-    if cols:
-        md += "| " + " | ".join(cols) + " |\n|" + "---|" * len(cols) + "\n"
-        md += "".join("| " + " | ".join(_fmt(r.get(c, "")) for c in cols) + " |\n" for r in rows)
-    if note:
-        md += f"\n{note}\n"
-    atomic_write_text(stem.with_suffix(".csv"), csv)
-    atomic_write_text(stem.with_suffix(".md"), md)
-    return md
-
-
-def _fmt(v) -> str:
-    if isinstance(v, float):
-        return "nan" if np.isnan(v) else f"{v:.4g}"
-    return str(v)
+    """:func:`flower_apps.common.tables.write_table`, float cells of the Markdown to 4 significant digits."""
+    return tables.write_table(rows, stem, title, note, float_format=".4g")
 
 
 # ----------------------------------------------------------------------------- per run
@@ -104,18 +72,18 @@ def write_run_outputs(out: Path, summary: dict, rounds: list[dict], partition_ro
     cm = summary.get("confusion")
     if cm:
         names = summary["class_names"]
-        atomic_write_text(out / "confusion_matrix.csv", "true\\pred," + ",".join(names) + "\n" + "".join(
-            f"{n}," + ",".join(map(str, row)) + "\n" for n, row in zip(names, cm)))
+        atomic_write_text(out / "confusion_matrix.csv", csv_text(["true\\pred", *names],
+                                                                 ([n, *row] for n, row in zip(names, cm)),
+                                                                 quote_values=False))
         _confusion_figure(np.asarray(cm), names, out / "confusion_matrix.png", summary["run"])
     if rounds:
-        plt = _plt()
-        fig, ax = plt.subplots(figsize=(5, 3.2))
+        fig, ax = subplots(figsize=(5, 3.2))
         r = [x["round"] for x in rounds]
         ax.plot(r, [100 * x["test_accuracy"] for x in rounds], marker="o", label="test accuracy")
         if "test_f1" in rounds[0]:
             ax.plot(r, [100 * x["test_f1"] for x in rounds], marker=".", label="test macro F1")
         ax.set_xlabel("round")
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.xaxis.set_major_locator(integer_ticks())
         ax.set_ylabel("%")
         ax.set_title(f"{METHOD_LABEL[summary['method']]} {summary['arch']} ({summary['task']})", fontsize=9)
         ax.legend(fontsize=7)
@@ -123,8 +91,7 @@ def write_run_outputs(out: Path, summary: dict, rounds: list[dict], partition_ro
 
 
 def _confusion_figure(cm: np.ndarray, names: list[str], path: Path, title: str) -> None:
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(3.2 + 0.4 * len(names), 3 + 0.3 * len(names)))
+    fig, ax = subplots(figsize=(3.2 + 0.4 * len(names), 3 + 0.3 * len(names)))
     ax.imshow(cm, cmap="Blues")
     for i in range(cm.shape[0]):
         for j in range(cm.shape[1]):
@@ -161,13 +128,6 @@ def _stat_cells(runs: list[dict], scale: float = 100.0) -> dict:
     return cells
 
 
-def _group(summaries: list[dict], key) -> dict:
-    groups: dict = defaultdict(list)
-    for s in summaries:
-        groups[key(s)].append(s)
-    return groups
-
-
 def _majority_share(summary: dict) -> float:
     """Accuracy (%) of always predicting the test set's most frequent class (from the confusion matrix)."""
     cm = np.asarray(summary["confusion"], dtype=float)
@@ -179,7 +139,7 @@ def results_rows(summaries: list[dict], dp: bool) -> list[dict]:
     sel = [s for s in summaries if bool(s["dp_sgd"]) == dp]
     key = lambda s: (_scale(s), s["task"], s["partition"], s["arch"], s["method"], _dp(s))  # noqa: E731
     order = lambda k: (k[0], k[1], k[2], k[3], METHOD_ORDER.index(k[4]), k[5])  # noqa: E731
-    groups = _group(sel, key)
+    groups = group_by(sel, key)
     rows = []
     nodp_step = {(_scale(s), s["task"], s["partition"], s["arch"], s["method"]): s["timing"]["mean_step_seconds"]
                  for s in summaries if not s["dp_sgd"]}
@@ -206,7 +166,7 @@ def results_rows(summaries: list[dict], dp: bool) -> list[dict]:
 def summary_rows(rows: list[dict]) -> list[dict]:
     """Table 11: per (scale, task, partition) the best FL row vs the best centralized row (accuracy), delta."""
     out = []
-    for key, grp in sorted(_group(rows, lambda r: (r["scale"], r["task"], r["partition"])).items()):
+    for key, grp in sorted(group_by(rows, lambda r: (r["scale"], r["task"], r["partition"])).items()):
         fl = [r for r in grp if r["method"] not in ("Centralized", "Local-only")]
         cen = [r for r in grp if r["method"] == "Centralized"]
         if not fl:
@@ -234,7 +194,7 @@ def summary_rows(rows: list[dict]) -> list[dict]:
 def ablation_rows(summaries: list[dict]) -> tuple[list[dict], dict]:
     """Table 15: FedAvg + DP-SGD accuracy per (C, z) grid cell (mean +- SD over seeds)."""
     sel = [s for s in summaries if s["dp_sgd"] and s["method"] == "fedavg"]
-    groups = _group(sel, lambda s: (_scale(s), s["task"], s["partition"], s["arch"]))
+    groups = group_by(sel, lambda s: (_scale(s), s["task"], s["partition"], s["arch"]))
     rows, grids = [], {}
     for key, runs in sorted(groups.items()):
         cs = sorted({r["max_grad_norm"] for r in runs})
@@ -271,7 +231,7 @@ def communication_rows(summaries: list[dict]) -> list[dict]:
 
 def per_client_rows(summaries: list[dict]) -> list[dict]:
     """Per-client accuracy on the client's validation set: each method's final model(s), mean over seeds."""
-    groups = _group([s for s in summaries if not s["dp_sgd"]],
+    groups = group_by([s for s in summaries if not s["dp_sgd"]],
                     lambda s: (_scale(s), s["task"], s["partition"], s["arch"], s["method"]))
     rows = []
     for (scale, task, part, arch, method), runs in sorted(groups.items()):
@@ -286,12 +246,11 @@ def per_client_rows(summaries: list[dict]) -> list[dict]:
 
 
 def _curves_figure(summaries: list[dict], out: Path) -> list[Path]:
-    plt = _plt()
     paths = []
-    groups = _group(summaries, lambda s: (_scale(s), s["task"], s["partition"], s["arch"]))
+    groups = group_by(summaries, lambda s: (_scale(s), s["task"], s["partition"], s["arch"]))
     for (scale, task, part, arch), runs in sorted(groups.items()):
-        fig, ax = plt.subplots(figsize=(5.5, 3.6))
-        by = _group(runs, lambda s: (s["method"], _dp(s)))
+        fig, ax = subplots(figsize=(5.5, 3.6))
+        by = group_by(runs, lambda s: (s["method"], _dp(s)))
         for (method, dp), rs in sorted(by.items(), key=lambda kv: (METHOD_ORDER.index(kv[0][0]), kv[0][1])):
             t = min(len(r["acc_curve"]) for r in rs)
             if t == 0:
@@ -304,7 +263,7 @@ def _curves_figure(summaries: list[dict], out: Path) -> list[Path]:
                 ss = [summarize(list(arr[:, i])) for i in range(t)]
                 ax.fill_between(x, [s.ci_low for s in ss], [s.ci_high for s in ss], color=line.get_color(), alpha=0.15)
         ax.set_xlabel("round (centralized / local: round-equivalent of E epochs)", fontsize=7)
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.xaxis.set_major_locator(integer_ticks())
         ax.set_ylabel("test accuracy (%)")
         ax.set_title(f"{task}, {part}, {arch}\n{scale} (bands: 95% t-interval)", fontsize=8)
         ax.legend(fontsize=6)
@@ -315,11 +274,10 @@ def _curves_figure(summaries: list[dict], out: Path) -> list[Path]:
 
 
 def _ablation_figure(grids: dict, out: Path) -> None:
-    plt = _plt()
     for (scale, task, part, arch), (cs, zs, grid) in grids.items():
         if grid.size < 2:
             continue
-        fig, ax = plt.subplots(figsize=(1.2 + 0.9 * len(zs), 1.2 + 0.7 * len(cs)))
+        fig, ax = subplots(figsize=(1.2 + 0.9 * len(zs), 1.2 + 0.7 * len(cs)))
         im = ax.imshow(grid, cmap="viridis", aspect="auto")
         for i in range(len(cs)):
             for j in range(len(zs)):
@@ -386,8 +344,3 @@ def write_report(results_dir: str | Path) -> str:
     md += "\nData: " + "; ".join(notes) + "\n\nWeights: " + "; ".join(weights) + "\n"
     atomic_write_text(out / "report.md", md)
     return md
-
-
-def read_rounds(run_folder: str | Path) -> list[dict]:
-    """A run's per-round rows."""
-    return read_jsonl(Path(run_folder) / "rounds.jsonl")

@@ -15,12 +15,11 @@ finished run under ``<results-dir>/ultrasound``.
 from __future__ import annotations
 
 import argparse
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from flower_apps.common.sweep import pending_runs, run_pending
-from flower_apps.config import RUN_CONFIG_DEFAULTS, ConfigError, resolve
+from flower_apps.common.sweep import add_data_args, run_keys, run_pending, sweep_main, sweep_overrides, sweep_parser
+from flower_apps.config import ConfigError
 from flower_apps.studies import STUDIES
 from flower_apps.ultrasound.config import ALGORITHMS, MODES, UltrasoundConfig
 from flower_apps.ultrasound.report import write_report
@@ -105,20 +104,15 @@ def run_specs(grid: Grid, args: argparse.Namespace) -> list[dict]:
 def build_configs(args: argparse.Namespace) -> list[UltrasoundConfig]:
     """Validated configs of the grid, duplicates removed (the DP point is also an ablation cell)."""
     grid = GRIDS[args.grid]
-    knobs: dict = {"study": "ultrasound", "preset": grid.preset, "results-dir": str(Path(args.results_dir).resolve())}
-    for key, val in (("num-rounds", args.rounds), ("local-epochs", args.local_epochs),
-                     ("us-image-size", args.image_size), ("dataset", args.dataset), ("data-dir", args.data_dir),
-                     ("device", args.device), ("us-grad-sample-mode", args.grad_sample_mode),
-                     ("data-fraction", args.data_fraction)):
-        if val is not None:
-            knobs[key] = val
+    knobs = sweep_overrides("ultrasound", grid.preset, args.results_dir, {
+        "noise-seed-file": args.noise_seed_file,
+        "num-rounds": args.rounds, "local-epochs": args.local_epochs, "us-image-size": args.image_size,
+        "dataset": args.dataset, "data-dir": args.data_dir, "device": args.device,
+        "us-grad-sample-mode": args.grad_sample_mode, "data-fraction": args.data_fraction})
     spec = STUDIES["ultrasound"]
     configs, seen = [], set()
     for run in run_specs(grid, args):
-        _, flat = resolve({**RUN_CONFIG_DEFAULTS, "study": "ultrasound", "preset": grid.preset}, STUDIES)
-        flat.update({k: v for k, v in knobs.items() if k != "preset"})
-        flat.update(run)
-        cfg = spec.build_config(flat)
+        cfg = spec.build_config(run_keys(knobs, run))
         if cfg.default_run_name not in seen:
             seen.add(cfg.default_run_name)
             configs.append(cfg)
@@ -126,11 +120,8 @@ def build_configs(args: argparse.Namespace) -> list[UltrasoundConfig]:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m flower_apps.ultrasound.sweep", description=__doc__.split("\n")[0])
+    p = sweep_parser("flower_apps.ultrasound.sweep", __doc__)
     p.add_argument("--grid", choices=sorted(GRIDS), default="smoke")
-    p.add_argument("--results-dir", default="results")
-    p.add_argument("--seeds", type=int, help="number of seeds (default: the grid's)")
-    p.add_argument("--seed0", type=int, default=0)
     p.add_argument("--tasks", nargs="+", choices=list(TASKS3) + ["nonmalignant-vs-malignant"])
     p.add_argument("--partitions", nargs="+", choices=["iid", "non-iid", "label", "quantity", "feature"])
     p.add_argument("--archs", nargs="+", help="timm names (default: the grid's)")
@@ -142,37 +133,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--rounds", type=int)
     p.add_argument("--local-epochs", type=int)
     p.add_argument("--image-size", type=int)
-    p.add_argument("--data-fraction", type=float)
-    p.add_argument("--dataset", choices=["busi", "breastmnist", "synthetic"])
-    p.add_argument("--data-dir")
-    p.add_argument("--device")
+    add_data_args(p, ["busi", "breastmnist", "synthetic"])
     p.add_argument("--grad-sample-mode", choices=["hooks", "functorch", "ew", "ghost"])
-    p.add_argument("--num-cpus", type=float, default=1, help="CPUs per virtual SuperNode (Ray client resources)")
     p.add_argument("--num-gpus", type=float, default=None,
                    help="GPUs per virtual SuperNode (default: 1/K with CUDA, so the K clients share one GPU)")
     p.add_argument("--list", action="store_true", help="print the runs and exit")
-    p.add_argument("--report-only", action="store_true", help="only rebuild tables and figures")
     return p.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    try:
-        configs = build_configs(args)
-    except (ConfigError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    if args.list:
-        print("\n".join(c.default_run_name for c in configs))
-        return 0
-    if not args.report_only:
-        pending = pending_runs("ultrasound", args.grid, configs, is_complete)
-        if pending:
-            _run(pending, args)
-    md = write_report(args.results_dir)
-    print(md)
-    print(f"Tables and figures in {Path(args.results_dir).resolve() / 'ultrasound'}")
-    return 0
+    return sweep_main("ultrasound", args.grid, lambda: build_configs(args), is_complete, lambda p: _run(p, args),
+                      lambda configs: write_report(args.results_dir), Path(args.results_dir) / "ultrasound",
+                      report_only=args.report_only, list_only=args.list)
 
 
 def _run(pending: list[UltrasoundConfig], args: argparse.Namespace) -> None:

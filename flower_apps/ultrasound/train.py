@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from datasets.transforms import ScannerProfile, to_model_input, uint8_to_unit
+from flower_apps.common import seeding
 from flower_apps.ultrasound.metrics import classification_metrics
 from privacy.dpsgd import ghost_clipping_backward, make_private, unwrap
 from privacy.randomness import NoiseSource
@@ -191,5 +192,8 @@ def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, device: torch.d
 
 
 def client_seed(seed: int, server_round: int, client_id: int) -> int:
-    """The seed of (run seed, round, client) for batches, augmentation and DP noise."""
-    return ((seed * 1_000_003 + server_round) * 10_007 + client_id) % (2**62)
+    """The seed of (run seed, round, client) for batches, augmentation and DP noise.
+
+    Reduced mod 2**62 (the shared derivation leaves it unreduced): the published runs used this seed.
+    """
+    return seeding.client_seed(seed, server_round, client_id, modulus=2**62)

@@ -1,6 +1,9 @@
 """One node's learner (no Flower, no network): train, fragment, choose receivers, aggregate.
 
-The ClientApp calls these functions; tests call them directly.
+The ClientApp calls these functions; tests call them directly. Training and evaluation are
+:mod:`flower_apps.common.local_training` (plain SGD, as in dfl-dp without clipping); the
+batch-order generator is :mod:`flower_apps.common.seeding`'s default derivation (dfl-dp's,
+which this study's published numbers used).
 """
 
 from __future__ import annotations
@@ -8,13 +11,18 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import torch
-from torch import nn
 
+from flower_apps.common.local_training import evaluate, train_local
+from flower_apps.common.seeding import client_generator as torch_generator
+from flower_apps.common.seeding import stream_rng
+from flower_apps.unlinkable_dfl.fragment_pool import AggregationStats, FragmentPool, frag_fedavg, frag_krum
 from privacy.fragments import FragmentLayout, encode, layout_for, split
 from privacy.mixnet.constants import PacketFormat
 from privacy.mixnet.messages import fragment_capacity
-from strategies.fragment_pool import AggregationStats, FragmentPool, frag_fedavg, frag_krum
+
+# Re-exported for the ClientApp: the shared learner and the batch-order generator.
+__all__ = ["aggregate", "choose_sends", "corrupt", "encode_state", "evaluate", "fragment_layout", "node_generator",
+           "packet_capacity", "torch_generator", "train_local"]
 
 
 def packet_capacity(payload_size: int, header_hops: int = 5) -> int:
@@ -25,39 +33,6 @@ def packet_capacity(payload_size: int, header_hops: int = 5) -> int:
 def fragment_layout(num_values: int, payload_size: int, encoding: str) -> FragmentLayout:
     """Common fragment ranges for this model size, body size and encoding."""
     return layout_for(num_values, packet_capacity(payload_size), encoding)
-
-
-def train_local(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, lr: float, momentum: float,
-                weight_decay: float, batch_size: int, epochs: int, generator: torch.Generator) -> tuple[float, int]:
-    """Plain SGD with shuffled mini-batches; returns (mean loss, examples seen)."""
-    model.train()
-    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum, weight_decay=weight_decay)
-    loss_fn = nn.CrossEntropyLoss()
-    total, seen = 0.0, 0
-    for _ in range(epochs):
-        order = torch.randperm(len(x), generator=generator)
-        for s in range(0, len(x), batch_size):
-            idx = order[s : s + batch_size]
-            opt.zero_grad(set_to_none=True)
-            loss = loss_fn(model(x[idx]), y[idx])
-            loss.backward()
-            opt.step()
-            total += float(loss.detach()) * len(idx)
-            seen += len(idx)
-    return total / max(seen, 1), seen
-
-
-@torch.no_grad()
-def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int = 2048) -> tuple[float, float]:
-    """(accuracy, mean cross-entropy)."""
-    model.eval()
-    correct, loss = 0, 0.0
-    loss_fn = nn.CrossEntropyLoss(reduction="sum")
-    for s in range(0, len(x), batch_size):
-        out = model(x[s : s + batch_size])
-        loss += float(loss_fn(out, y[s : s + batch_size]))
-        correct += int((out.argmax(1) == y[s : s + batch_size]).sum())
-    return correct / max(len(x), 1), loss / max(len(x), 1)
 
 
 def corrupt(vector: np.ndarray, attack: str, scale: float, rng: np.random.Generator) -> np.ndarray:
@@ -108,10 +83,4 @@ def aggregate(local: np.ndarray, layout: FragmentLayout, round_: int, payloads: 
 
 def node_generator(seed: int, round_: int, node: int, stream: int) -> np.random.Generator:
     """Per (seed, round, node, purpose) generator: same seed, same fragments and choices."""
-    return np.random.default_rng([seed, round_, node, stream])
-
-
-def torch_generator(seed: int, round_: int, node: int) -> torch.Generator:
-    g = torch.Generator()
-    g.manual_seed((seed * 1_000_003 + round_) * 10_007 + node)
-    return g
+    return stream_rng(seed, round_, node, stream)

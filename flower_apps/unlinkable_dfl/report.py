@@ -12,44 +12,21 @@ from pathlib import Path
 
 import numpy as np
 
-from flower_apps.common.plots import save_fig
+from flower_apps.common.plots import save_fig, subplots
 from flower_apps.common.results import atomic_write_text
-from flower_apps.common.stats import summarize
+from flower_apps.common.tables import group_by, seed_cell, write_table
 from flower_apps.unlinkable_dfl.payload import payload_rows
 
 TRANSPORT_LABEL = {"mixnet": "mixnet on", "direct": "mixnet off", "baseline": "baseline (non-anonymous DFL)"}
 
 
-def _plt():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def _table(rows: list[dict], stem: Path, title: str) -> str:
-    cols = [c for c in rows[0] if not c.startswith("_")] if rows else []
-    csv = ",".join(cols) + "\n" + "".join(",".join(f'"{r[c]}"' for c in cols) + "\n" for r in rows)
-    md = f"### {title}\n\n| " + " | ".join(cols) + " |\n|" + "---|" * len(cols) + "\n"
-    md += "".join("| " + " | ".join(str(r[c]) for c in cols) + " |\n" for r in rows)
-    atomic_write_text(stem.with_suffix(".csv"), csv)
-    atomic_write_text(stem.with_suffix(".md"), md)
-    return md
-
-
 def _group(items: list[dict], key: Callable[[dict], tuple]) -> dict[tuple, list[dict]]:
-    groups: dict[tuple, list[dict]] = defaultdict(list)
-    for s in items:
-        groups[key(s)].append(s)
-    return dict(sorted(groups.items(), key=lambda kv: tuple(str(x) if x is None else x for x in kv[0])))
+    """:func:`group_by`, groups sorted by key (None sorts as the string 'None')."""
+    return dict(sorted(group_by(items, key).items(), key=lambda kv: tuple(str(x) if x is None else x for x in kv[0])))
 
 
 def _cell(runs: list[dict], key: str | Callable[[dict], float], scale: float = 1.0, digits: int = 3) -> str:
-    vals = [(key(r) if callable(key) else r.get(key)) for r in runs]
-    vals = [None if v is None else float(v) * scale for v in vals]
-    return summarize(vals).fmt(digits)
+    return seed_cell([(key(r) if callable(key) else r.get(key)) for r in runs], digits, scale)
 
 
 def _mean(runs: list[dict], key: str | Callable[[dict], float]) -> float:
@@ -60,8 +37,7 @@ def _mean(runs: list[dict], key: str | Callable[[dict], float]) -> float:
 
 def _lines(groups: dict, x_of, y_of, series_of, path: Path, xlabel: str, ylabel: str, title: str,
            logx: bool = False) -> None:
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(5.5, 3.6))
+    fig, ax = subplots(figsize=(5.5, 3.6))
     series: dict[str, list[tuple[float, float]]] = defaultdict(list)
     for k, runs in groups.items():
         series[series_of(k)].append((x_of(k), _mean(runs, y_of)))
@@ -78,8 +54,7 @@ def _lines(groups: dict, x_of, y_of, series_of, path: Path, xlabel: str, ylabel:
 
 
 def _curves(groups: dict, label_of, path: Path, title: str) -> None:
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(5.5, 3.6))
+    fig, ax = subplots(figsize=(5.5, 3.6))
     for k, runs in groups.items():
         t = min(len(r["acc_curve"]) for r in runs)
         arr = np.asarray([r["acc_curve"][:t] for r in runs])
@@ -103,7 +78,7 @@ def _scaling(s: list[dict], out: Path) -> str:
             for k, v in g.items()]
     _lines(g, lambda k: k[0], "final_acc", lambda k: TRANSPORT_LABEL[k[1]], out / "figure_scaling_accuracy.png",
            "N (nodes)", "final test accuracy", "Utility vs N (mean over live nodes)")
-    return _table(rows, out / "table_scaling", "Experiment 1: utility vs N, mixnet on/off and the baseline")
+    return write_table(rows, out / "table_scaling", "Experiment 1: utility vs N, mixnet on/off and the baseline")
 
 
 def _cost(s: list[dict], traffic: list[dict], out: Path) -> str:
@@ -118,9 +93,8 @@ def _cost(s: list[dict], traffic: list[dict], out: Path) -> str:
                  "MB sent/node/round": _cell(v, "mean_bytes_per_node", 1e-6, 2),
                  "meaningful packets/node/round": _cell(v, "mean_meaningful_packets_per_node", 1, 1),
                  "final acc (%)": _cell(v, "final_acc", 100, 2)} for k, v in g.items()]
-        md += _table(rows, out / "table_cost", "Experiment 2: cost per node and round, mixnet on vs off")
-        plt = _plt()
-        fig, axes = plt.subplots(1, 3, figsize=(9, 3.2))
+        md += write_table(rows, out / "table_cost", "Experiment 2: cost per node and round, mixnet on vs off")
+        fig, axes = subplots(1, 3, figsize=(9, 3.2))
         labels = [TRANSPORT_LABEL[k[0]].split(" (")[0] for k in g]
         for ax, key, ylabel, scale in zip(axes, ("mean_cpu_s_per_node", "mean_round_virtual_s", "mean_bytes_per_node"),
                                           ("CPU s / node / round", "round duration (s)", "MB / node / round"),
@@ -149,23 +123,23 @@ def _tradeoff(traffic: list[dict], out: Path, stem: str, title: str) -> str:
                      "peak RSS (MiB, all N nodes)": _cell(v, "peak_rss_mib", 1, 0),
                      "RSS growth in the round (MiB)": _cell(v, "rss_growth_mib", 1, 1),
                      "completeness (%)": _cell(v, "completeness", 100, 1)})
-    return _table(rows, out / stem, title)
+    return write_table(rows, out / stem, title)
 
 
 def _payload(s: list[dict], out: Path) -> str:
     rows = []
     for r in payload_rows():
         rows.append({k: (f"{v:.3f}" if isinstance(v, float) else v) for k, v in r.items()})
-    md = _table(rows, out / "table_payload", "Experiment 3: fragments and bytes per update and round (degree 4, r = 1)")
+    md = write_table(rows, out / "table_payload",
+                     "Experiment 3: fragments and bytes per update and round (degree 4, r = 1)")
     if s:
         g = _group(s, lambda r: (r["encoding"],))
         enc_label = {"q8": "8-bit + zlib", "float32": "32-bit + zlib"}
         acc = [{"encoding": enc_label[k[0]], "transport": TRANSPORT_LABEL[v[0]["transport"]],
                 **_acc_cols(v), "meaningful packets/node/round": _cell(v, "mean_meaningful_packets_per_node", 1, 1),
                 "MB sent/node/round": _cell(v, "mean_bytes_per_node", 1e-6, 2)} for k, v in g.items()]
-        md += "\n" + _table(acc, out / "table_payload_accuracy", "Experiment 3: 8-bit vs 32-bit accuracy")
-        plt = _plt()
-        fig, ax = plt.subplots(figsize=(5.5, 3.4))
+        md += "\n" + write_table(acc, out / "table_payload_accuracy", "Experiment 3: 8-bit vs 32-bit accuracy")
+        fig, ax = subplots(figsize=(5.5, 3.4))
         models = sorted({r["model"] for r in rows})
         for j, enc in enumerate(("32-bit", "8-bit")):
             counts = [next(r["fragments"] for r in rows if r["model"] == m and r["encoding"] == enc) for m in models]
@@ -186,7 +160,7 @@ def _partial(s: list[dict], out: Path) -> str:
              "meaningful packets/node/round": _cell(v, "mean_meaningful_packets_per_node", 1, 1)} for k, v in g.items()]
     _lines(g, lambda k: k[0], "final_acc", lambda k: "FragFedAvg, mixnet on", out / "figure_partial_accuracy.png",
            "share ratio r", "final test accuracy", "Partial exchange")
-    return _table(rows, out / "table_partial", "Experiment 4: partial exchange (share ratio r)")
+    return write_table(rows, out / "table_partial", "Experiment 4: partial exchange (share ratio r)")
 
 
 def _churn(s: list[dict], out: Path) -> str:
@@ -195,7 +169,7 @@ def _churn(s: list[dict], out: Path) -> str:
              "completeness (%)": _cell(v, "mean_completeness", 100, 1), "coverage (%)": _cell(v, "mean_coverage", 100, 1),
              "mean live nodes": _cell(v, lambda r: r.get("mean_live_nodes"), 1, 1)} for k, v in g.items()]
     _curves(g, lambda k: f"leave {k[0]:g}, join {k[1]:g}", out / "figure_churn_curves.png", "Churn")
-    return _table(rows, out / "table_churn", "Experiment 5: churn")
+    return write_table(rows, out / "table_churn", "Experiment 5: churn")
 
 
 def _byzantine(s: list[dict], out: Path) -> str:
@@ -205,15 +179,14 @@ def _byzantine(s: list[dict], out: Path) -> str:
              "B_r": v[0]["krum_budget"] if k[2] == "krum" else "-", **_acc_cols(v),
              "Krum ranges": int(_mean(v, "krum_ranges")), "fallback ranges": int(_mean(v, "krum_fallback_ranges"))}
             for k, v in g.items()]
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(6, 3.4))
+    fig, ax = subplots(figsize=(6, 3.4))
     labels = [f"f={k[0]:g} {k[1]}\n{'Krum' if k[2] == 'krum' else 'FedAvg'}" for k in g]
     ax.bar(range(len(g)), [_mean(v, "final_acc") for v in g.values()])
     ax.set_xticks(range(len(g)))
     ax.set_xticklabels(labels, fontsize=6)
     ax.set_ylabel("final accuracy (honest nodes)")
     save_fig(fig, out / "figure_byzantine.png")
-    return _table(rows, out / "table_byzantine", "Experiment 6: Byzantine fragments (N = 20, full mesh)")
+    return write_table(rows, out / "table_byzantine", "Experiment 6: Byzantine fragments (N = 20, full mesh)")
 
 
 def _linking(traffic: list[dict], out: Path) -> str:
@@ -231,8 +204,7 @@ def _linking(traffic: list[dict], out: Path) -> str:
         row["H_path"] = f"{v[0]['h_path_bits']:.2f}"
         row["H_relay^loc"] = "-" if not v[0]["mixnet"] else _cell(v, "h_relay_loc_bits", 1, 2)
         rows.append(row)
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(6.5, 3.6))
+    fig, ax = subplots(figsize=(6.5, 3.6))
     x = np.arange(len(g))
     for j, adv in enumerate(("agnostic", "aware")):
         ax.bar(x + 0.4 * j, [_mean(v, f"{adv}_accuracy") for v in g.values()], width=0.4, label=f"{adv} accuracy")
@@ -243,7 +215,7 @@ def _linking(traffic: list[dict], out: Path) -> str:
     ax.set_ylabel("sender identification accuracy")
     ax.legend(fontsize=7)
     save_fig(fig, out / "figure_linking.png")
-    return _table(rows, out / "table_linking", "Experiment 7: sender linking by a passive global adversary")
+    return write_table(rows, out / "table_linking", "Experiment 7: sender linking by a passive global adversary")
 
 
 def _content(s: list[dict], out: Path) -> str:
@@ -257,7 +229,7 @@ def _content(s: list[dict], out: Path) -> str:
     _lines(g, lambda k: k[1], lambda r: r["content_linking"]["identity_accuracy"], lambda k: f"alpha={k[0]:g}",
            out / "figure_content_linking.png", "share ratio r", "identity-linking accuracy",
            "Curious-recipient content linking", logx=True)
-    return _table(rows, out / "table_content_linking", "Experiment 8: curious-recipient content linking")
+    return write_table(rows, out / "table_content_linking", "Experiment 8: curious-recipient content linking")
 
 
 def write_report(experiment: str, scale: str, summaries: list[dict], traffic: list[dict], root: Path) -> str:

@@ -18,16 +18,19 @@ import argparse
 import hashlib
 import json
 import math
-import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from flower_apps.common.results import atomic_write_json, read_json
-from flower_apps.config import RUN_CONFIG_DEFAULTS, ConfigError
-from flower_apps.unlinkable_dfl.config import PRESETS, UdflConfig, build_config
+from flower_apps.common.sweep import (
+    pending_runs, run_keys, run_pending, sweep_main, sweep_overrides, sweep_parser,
+)
+from flower_apps.unlinkable_dfl.config import UdflConfig, build_config
 from flower_apps.unlinkable_dfl.netexp import TrafficSpec
+from flower_apps.unlinkable_dfl.server_app import is_complete, run_dir, server_main
 
+STUDY = "unlinkable-dfl"
 EXPERIMENTS = ("scaling", "cost", "payload", "partial", "churn", "byzantine", "linking", "content")
 SCALES = ("reduced", "paper")
 
@@ -99,16 +102,8 @@ def plan(experiment: str, scale: str) -> Plan:
 
 def build_configs(runs: list[dict], scale: str, seeds: range, results_dir: str) -> list[UdflConfig]:
     """Validated configs: defaults < the scale's preset < the experiment's knobs, for every seed."""
-    from flower_apps.studies import STUDIES  # registers the study keys
-
-    assert "unlinkable-dfl" in STUDIES
-    out = []
-    for seed in seeds:
-        for run in runs:
-            flat = {**RUN_CONFIG_DEFAULTS, **PRESETS[scale], "study": "unlinkable-dfl", "preset": scale,
-                    "results-dir": results_dir, **run, "seed": seed}
-            out.append(build_config(flat))
-    return out
+    overrides = sweep_overrides(STUDY, scale, results_dir, {})
+    return [build_config(run_keys(overrides, {**run, "seed": seed})) for seed in seeds for run in runs]
 
 
 def traffic_path(results_dir: str, spec: TrafficSpec) -> Path:
@@ -116,55 +111,31 @@ def traffic_path(results_dir: str, spec: TrafficSpec) -> Path:
     return Path(results_dir) / "unlinkable-dfl" / "transport" / f"{key}.json"
 
 
-def run_traffic_specs(specs: list[TrafficSpec], results_dir: str) -> None:
+def run_traffic_specs(specs: list[TrafficSpec], results_dir: str, label: str) -> None:
+    """The network-only measurements not done yet, each in a fresh process, each written atomically."""
     from flower_apps.unlinkable_dfl.netexp import measure_isolated
 
-    for spec in specs:
-        path = traffic_path(results_dir, spec)
-        if path.is_file():
-            continue
+    for spec in pending_runs(STUDY, label, specs, lambda s: traffic_path(results_dir, s).is_file(),
+                             noun="transport measurements"):
         t0 = time.perf_counter()
         (row,) = measure_isolated([spec])
-        atomic_write_json(path, {"spec": asdict(spec), "result": row})
+        atomic_write_json(traffic_path(results_dir, spec), {"spec": asdict(spec), "result": row})
         print(f"  transport {spec.label} N={spec.num_nodes} seed {spec.seed}: linking acc "
               f"{row['agnostic_accuracy']:.3f} (baseline {row['agnostic_baseline']:.3f}) "
               f"[{time.perf_counter() - t0:.0f}s]", flush=True)
 
 
-def run_learning(configs: list[UdflConfig], num_cpus: float = 1.0) -> None:
-    from flower_apps.runner import run_many_in_process
-    from flower_apps.unlinkable_dfl.server_app import is_complete, server_main
-
-    pending = [c for c in configs if not is_complete(c)]
-    print(f"  {len(configs)} learning runs, {len(configs) - len(pending)} already done, {len(pending)} to run",
-          flush=True)
-    if not pending:
-        return
+def run_learning(pending: list[UdflConfig], num_cpus: float = 1.0) -> None:
+    """The pending learning runs in one Flower simulation."""
     nodes = max(math.ceil(c.num_nodes / c.clients_per_message) for c in pending)
-    t0, done = time.perf_counter(), [0]
-
-    def on_done(cfg: UdflConfig, summary: dict) -> None:
-        done[0] += 1
-        el = time.perf_counter() - t0
-        print(f"  [{done[0]}/{len(pending)}] {summary['run']}: final acc {summary['final_acc']:.4f}, completeness "
-              f"{summary['mean_completeness']:.3f} ({summary['wall_seconds']:.0f}s; ETA "
-              f"{el / done[0] * (len(pending) - done[0]):.0f}s)", flush=True)
-
-    run_many_in_process(pending, server_main, nodes, num_cpus, 0.0, on_done=on_done)
-    missing = [c for c in pending if not is_complete(c)]
-    if missing:
-        raise RuntimeError(f"{len(missing)} runs did not finish; rerun to resume")
+    run_pending(pending, server_main, is_complete, nodes=nodes, num_cpus=num_cpus, num_gpus=0.0,
+                describe=lambda s: f"final acc {s['final_acc']:.4f}, completeness {s['mean_completeness']:.3f}")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m flower_apps.unlinkable_dfl.sweep", description=__doc__.split("\n")[0])
+    p = sweep_parser("flower_apps.unlinkable_dfl.sweep", __doc__, seeds_help="number of seeds", default=1)
     p.add_argument("--experiment", choices=EXPERIMENTS, required=True)
     p.add_argument("--scale", choices=SCALES, default="reduced")
-    p.add_argument("--seeds", type=int, default=1)
-    p.add_argument("--seed0", type=int, default=0)
-    p.add_argument("--results-dir", default="results")
-    p.add_argument("--num-cpus", type=float, default=1.0, help="CPUs per virtual SuperNode")
-    p.add_argument("--report-only", action="store_true")
     return p.parse_args(argv)
 
 
@@ -173,32 +144,23 @@ def main(argv: list[str] | None = None) -> int:
     results_dir = str(Path(args.results_dir).resolve())
     seeds = range(args.seed0, args.seed0 + args.seeds)
     p = plan(args.experiment, args.scale)
-    try:
-        configs = build_configs(p.runs, args.scale, seeds, results_dir)
-    except (ConfigError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
     specs = [TrafficSpec(**{**asdict(s), "seed": seed}) for seed in seeds for s in p.traffic]
-    print(f"unlinkable-dfl experiment '{args.experiment}' ({args.scale}): {len(configs)} learning runs, "
-          f"{len(specs)} transport measurements", flush=True)
-    if not args.report_only:
-        if specs:
-            run_traffic_specs(specs, results_dir)
-        if configs:
-            run_learning(configs, args.num_cpus)
-    from flower_apps.unlinkable_dfl.report import write_report
+    label = f"{args.experiment}-{args.scale}"
 
-    summaries = [read_json(_run_summary(c)) for c in configs if _run_summary(c).is_file()]
-    traffic = [read_json(traffic_path(results_dir, s))["result"] for s in specs if traffic_path(results_dir, s).is_file()]
-    md = write_report(args.experiment, args.scale, summaries, traffic, Path(results_dir) / "unlinkable-dfl")
-    print(md)
-    return 0
+    def report(configs: list[UdflConfig]) -> str:
+        from flower_apps.unlinkable_dfl.report import write_report
 
+        paths = [run_dir(c) / "summary.json" for c in configs]
+        summaries = [read_json(p) for p in paths if p.is_file()]
+        traffic = [read_json(traffic_path(results_dir, s))["result"] for s in specs
+                   if traffic_path(results_dir, s).is_file()]
+        return write_report(args.experiment, args.scale, summaries, traffic, Path(results_dir) / STUDY)
 
-def _run_summary(cfg: UdflConfig) -> Path:
-    from flower_apps.unlinkable_dfl.server_app import run_dir
-
-    return run_dir(cfg) / "summary.json"
+    # Two phases: the network-only measurements (``before``), then the learning runs through Flower.
+    return sweep_main(STUDY, label, lambda: build_configs(p.runs, args.scale, seeds, results_dir), is_complete,
+                      lambda pending: run_learning(pending, args.num_cpus), report, Path(results_dir) / STUDY / label,
+                      report_only=args.report_only,
+                      before=(lambda configs: run_traffic_specs(specs, results_dir, label)) if specs else None)
 
 
 if __name__ == "__main__":
