@@ -18,6 +18,7 @@ import torch
 from torch import Tensor, nn
 
 from attacks.inversion.view import AdversaryView, build_model, trainable_parameters
+from registry import Registry
 
 
 def bounds_from_normalization(
@@ -168,21 +169,9 @@ class InversionResult:
 AttackFn = Callable[[AttackContext, torch.Generator], RestartOutcome]
 
 #: Registry: attack name -> per-restart function.
-ATTACKS: dict[str, AttackFn] = {}
-
-
-def register_attack(name: str) -> Callable[[AttackFn], AttackFn]:
-    """Decorator registering a per-restart attack under ``name``; duplicates are refused."""
-    if not name or not isinstance(name, str):
-        raise ValueError(f"name must be a non-empty string, got {name!r}")
-
-    def deco(fn: AttackFn) -> AttackFn:
-        if name in ATTACKS:
-            raise ValueError(f"attack {name!r} is already registered")
-        ATTACKS[name] = fn
-        return fn
-
-    return deco
+ATTACKS: Registry[AttackFn] = Registry("attack")
+# @register_attack("name"): registers a per-restart attack; empty or duplicate names are refused.
+register_attack = ATTACKS.decorator
 
 
 def restart_seeds(seed: int, restarts: int) -> list[int]:

@@ -22,6 +22,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 from torch import nn
+from registry import Registry
 
 
 class LeNet5(nn.Module):
@@ -61,13 +62,8 @@ def _mobilenetv2(in_channels: int, num_classes: int, image_size: int) -> nn.Modu
 
 
 ModelBuilder = Callable[[int, int, int], nn.Module]
-MODELS: dict[str, ModelBuilder] = {}
-
-
-def register_model(name: str, builder: ModelBuilder) -> None:
-    if name in MODELS:
-        raise ValueError(f"model {name!r} is already registered")
-    MODELS[name] = builder
+MODELS: Registry[ModelBuilder] = Registry("model")
+register_model = MODELS.register
 
 
 register_model("lenet5", LeNet5)

@@ -9,10 +9,7 @@ own private key by :func:`~privacy.mixnet.packet.process_packet`.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
-from dataclasses import dataclass
 from functools import partial
-from typing import Any, Protocol
 
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
@@ -40,34 +37,7 @@ from .routing import sample_delays, sample_route
 from .stats import NodeStats
 from .surb import SURBGuard, SURBStore, create_surb
 from . import wire
-
-
-class Cancellable(Protocol):
-    def cancel(self) -> Any: ...
-
-
-@dataclass(frozen=True, slots=True)
-class TxMeta:
-    """Hidden bookkeeping attached to a transmission (never on the wire)."""
-
-    kind: str
-    in_ref: object = None
-
-
-class NodeEnvironment(Protocol):
-    """What a node needs from its host: a clock, timers, links and result sinks."""
-
-    def now(self) -> float: ...
-
-    def call_later(self, delay: float, callback: Callable[[], None]) -> Cancellable: ...
-
-    def transmit(self, src: int, dst: int, frame: bytes, meta: TxMeta) -> None: ...
-
-    def on_delivered(self, node_id: int, message: DeliveredMessage) -> None: ...
-
-    def on_acked(self, node_id: int, message_id: bytes) -> None: ...
-
-    def on_failed(self, node_id: int, message_id: bytes) -> None: ...
+from .environment import Cancellable, NodeEnvironment, TxMeta  # noqa: F401  (re-exported)
 
 
 class MixNode:

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import networkx as nx
+from registry import Registry
 
 
 @dataclass(frozen=True)
@@ -71,13 +72,8 @@ def random_regular(n: int, degree: int = 4, rng: random.Random | None = None) ->
 
 
 TopologyBuilder = Callable[..., Topology]
-TOPOLOGIES: dict[str, TopologyBuilder] = {}
-
-
-def register_topology(name: str, builder: TopologyBuilder) -> None:
-    if name in TOPOLOGIES:
-        raise ValueError(f"topology {name!r} is already registered")
-    TOPOLOGIES[name] = builder
+TOPOLOGIES: Registry[TopologyBuilder] = Registry("topology")
+register_topology = TOPOLOGIES.register
 
 
 register_topology("circulant", circulant)
