@@ -32,7 +32,8 @@ from flower_apps.config import RUN_CONFIG_DEFAULTS  # noqa: E402
 from flower_apps.dfl_dp.client_app import train as client_train  # noqa: F401,E402  (imported for warm-up parity)
 from flower_apps.dfl_dp.data import build_data_plan, data_key  # noqa: E402
 from flower_apps.dfl_dp.model import build_model  # noqa: E402
-from flower_apps.dfl_dp.train import client_generator, train_local  # noqa: E402
+from flower_apps.common.local_training import train_local  # noqa: E402
+from flower_apps.common.seeding import client_generator  # noqa: E402
 from flower_apps.router import prepare  # noqa: E402
 
 

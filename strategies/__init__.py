@@ -1,1 +1,12 @@
-"""Flower Message-API strategies for the studies (registry in strategies.registry)."""
+"""Generic Flower Message-API strategies, named by mechanism (study glue lives in flower_apps/<study>/).
+
+- Addressing logical clients (one convention for every study): ``cohorts`` (plan cohorts, build
+  ``train.<action>`` messages with ``client-ids``, check replies against the plan, one exchange
+  loop), ``transport`` (fast polling), ``records`` (record keys), ``fixed_cohort`` (a fixed cohort
+  for Flower's FedAvg family).
+- Round patterns: ``base`` (``PatternStrategy``: the grid view a round uses), ``fedavg_equal``
+  (FL), ``sequential`` (token passing); ``registry`` maps framework names to them.
+- Wrappers (composition, like Flower's DP wrappers): ``matched_perturbation``,
+  ``server_fixed_clipping``, ``personalized_clipping``, ``drift_guard``, ``observer``; their bases
+  in ``wrapper``. Other algorithms: ``fedadam_buffers``.
+"""

@@ -14,6 +14,7 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Result, Strategy
 
+from strategies.cohorts import PlanChecked, build_train_messages, plan_cohorts
 from strategies.transport import send_and_receive
 
 
@@ -57,3 +58,25 @@ class PatternStrategy(Strategy):
 
     def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
         return None
+
+
+class LogicalClientStrategy(PlanChecked, PatternStrategy):
+    """A pattern strategy over named logical clients, full participation, ``train.<action>`` messages.
+
+    Parameters
+    ----------
+    client_ids : the logical clients taking part every round.
+    action : ClientApp action that trains them (message type ``train.<action>``).
+    clients_per_message : logical clients packed in one message (transport only: same math).
+    """
+
+    def __init__(self, client_ids: list[int], action: str, clients_per_message: int = 1) -> None:
+        self.client_ids = list(client_ids)
+        self.action = action
+        self.clients_per_message = clients_per_message
+
+    def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
+                        grid: Grid) -> Iterable[Message]:
+        config["server-round"] = server_round
+        plan = plan_cohorts(self.client_ids, list(grid.get_node_ids()), self.clients_per_message)
+        return self.remember(build_train_messages(plan, arrays, config, self.action))

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from flwr.app import ArrayRecord, ConfigRecord, Error, Message, MessageType, RecordDict
 from flwr.serverapp import Grid
+
+_log = logging.getLogger(__name__)
 
 
 def plan_cohorts(client_ids: list[int], node_ids: list[int], clients_per_message: int) -> list[tuple[int, list[int]]]:
@@ -42,16 +45,21 @@ def wait_for_nodes(grid: Grid, minimum: int, timeout: float = 120.0) -> list[int
 
 
 def build_train_messages(
-    plan: list[tuple[int, list[int]]], arrays: ArrayRecord, config: ConfigRecord, action: str
+    plan: list[tuple[int, list[int]]], arrays: ArrayRecord, config: ConfigRecord, action: str,
+    arrays_key: str = "arrays", config_key: str = "config",
 ) -> list[Message]:
-    """One train message per (node, clients) entry, all carrying ``arrays`` and ``config``."""
+    """One train message per (node, clients) entry, all carrying ``arrays`` and ``config``.
+
+    The config of each message gets ``client-ids``: the logical clients that node is asked to
+    play, in order. This is the one way the studies address a logical client.
+    """
     messages = []
     for node_id, clients in plan:
         cfg = ConfigRecord(dict(config))
         cfg["client-ids"] = list(clients)
         messages.append(
             Message(
-                content=RecordDict({"arrays": arrays, "config": cfg}),
+                content=RecordDict({arrays_key: arrays, config_key: cfg}),
                 message_type=f"{MessageType.TRAIN}.{action}",
                 dst_node_id=node_id,
             )
@@ -70,14 +78,19 @@ REJECTED_REPLY = 901  # Error code of a reply the server refused (see check_repl
 ARRAY_CLAIMS = ("each", "last", "none")
 
 
+def client_ids_of(config: ConfigRecord) -> list[int]:
+    """The logical clients a received message asks its node to play (ClientApp side)."""
+    if "client-ids" not in config:
+        raise KeyError("message without 'client-ids' in its config: it was not built by strategies.cohorts")
+    return [int(c) for c in config["client-ids"]]
+
+
 def planned_clients(message: Message) -> tuple[int, ...]:
-    """The logical clients a message the server built asks for (``client-ids`` or ``client-id``)."""
-    cfg = message.content["config"]
-    if "client-ids" in cfg:
-        return tuple(int(c) for c in cfg["client-ids"])
-    if "client-id" in cfg:
-        return (int(cfg["client-id"]),)
-    raise KeyError("message without client-ids/client-id in its config: it was not built from a plan")
+    """The logical clients a message the server built asks for (its config's ``client-ids``)."""
+    for rec in message.content.config_records.values():
+        if "client-ids" in rec:
+            return tuple(int(c) for c in rec["client-ids"])
+    raise KeyError("message without client-ids in its config: it was not built from a plan")
 
 
 def _claims_problem(planned: tuple[int, ...], reply: Message, array_claims: str) -> str | None:
@@ -113,17 +126,27 @@ class CheckedReplies:
     ``valid`` speak for exactly the clients their message asked for; ``failed`` are error
     replies, including the ``rejected`` ones turned into errors so that any strategy counts
     them as failures; ``contributors`` are the planned clients of the valid replies.
+    ``reply_of`` maps each contributor to its (valid) reply, ``problem_of`` every other planned
+    client to why it has none; both come from the plan, never from what a reply says.
     """
 
     valid: list[Message] = field(default_factory=list)
     failed: list[Message] = field(default_factory=list)
     rejected: list[str] = field(default_factory=list)
     contributors: list[int] = field(default_factory=list)
+    reply_of: dict[int, Message] = field(default_factory=dict)
+    problem_of: dict[int, str] = field(default_factory=dict)
+    answer_of: dict[int, Message] = field(default_factory=dict)  # valid, error or rejected-as-error reply
 
     @property
     def replies(self) -> list[Message]:
         """Valid replies followed by error replies (what a wrapped strategy should see)."""
         return self.valid + self.failed
+
+    def valid_by_client(self) -> list[Message]:
+        """Valid replies ordered by their first planned client (arrival order must not matter)."""
+        first = {id(r): c for c, r in sorted(self.reply_of.items(), reverse=True)}
+        return sorted(self.valid, key=lambda r: first[id(r)])
 
 
 def check_replies(sent: Iterable[Message], replies: Iterable[Message], array_claims: str = "each") -> CheckedReplies:
@@ -144,12 +167,12 @@ def check_replies(sent: Iterable[Message], replies: Iterable[Message], array_cla
     """
     if array_claims not in ARRAY_CLAIMS:
         raise ValueError(f"array_claims must be one of {ARRAY_CLAIMS}, got {array_claims!r}")
+    sent = list(sent)
     by_id = {m.metadata.message_id: m for m in sent}
     if "" in by_id:
         raise ValueError("check_replies needs messages that were pushed (their message_id is empty)")
     out = CheckedReplies()
     answered: set[str] = set()
-    contributors: set[int] = set()
     for reply in replies:
         mid = reply.metadata.reply_to_message_id
         msg = by_id.get(mid)
@@ -160,19 +183,57 @@ def check_replies(sent: Iterable[Message], replies: Iterable[Message], array_cla
             out.rejected.append(f"second reply to the message for clients {list(planned_clients(msg))}")
             continue
         answered.add(mid)
+        planned = planned_clients(msg)
         if reply.has_error():
             out.failed.append(reply)
+            out.problem_of.update({c: f"error reply: {reply.error.reason}" for c in planned})
+            out.answer_of.update({c: reply for c in planned})
             continue
-        planned = planned_clients(msg)
         problem = _claims_problem(planned, reply, array_claims)
-        if problem is None and contributors.intersection(planned):
-            problem = f"clients {sorted(contributors.intersection(planned))} already answered this round"
+        if problem is None and set(out.reply_of).intersection(planned):
+            problem = f"clients {sorted(set(out.reply_of).intersection(planned))} already answered this round"
         if problem is not None:
             reason = f"reply from node {reply.metadata.src_node_id} rejected: {problem}"
             out.rejected.append(reason)
             out.failed.append(Message(Error(REJECTED_REPLY, reason), reply_to=msg))
+            out.problem_of.update({c: reason for c in planned})
+            out.answer_of.update({c: out.failed[-1] for c in planned})
             continue
-        contributors.update(planned)
+        out.reply_of.update({c: reply for c in planned})
+        out.answer_of.update({c: reply for c in planned})
         out.valid.append(reply)
-    out.contributors = sorted(contributors)
+    for mid, msg in by_id.items():
+        if mid not in answered:
+            out.problem_of.update({c: "no reply before the timeout" for c in planned_clients(msg)})
+    out.contributors = sorted(out.reply_of)
     return out
+
+
+class PlanChecked:
+    """Mixin for strategies and wrappers: remember the round's messages, check replies against them.
+
+    ``configure_train`` returns ``self.remember(messages)``; ``aggregate_train`` starts with
+    ``checked = self.check(server_round, replies)``. Rejections are logged once per layer.
+    """
+
+    array_claims = "each"
+
+    def remember(self, messages: Iterable[Message]) -> list[Message]:
+        """Keep this round's messages (Flower sets their ids when it pushes them)."""
+        self._sent = list(messages)
+        return self._sent
+
+    def check(self, server_round: int, replies: Iterable[Message]) -> CheckedReplies:
+        """:func:`check_replies` against the remembered messages, logging every rejection."""
+        checked = check_replies(getattr(self, "_sent", []), replies, self.array_claims)
+        for reason in checked.rejected:
+            _log.warning("round %d: %s; counted as a failed client", server_round, reason)
+        return checked
+
+
+def exchange(grid: Grid, messages: list[Message], timeout: float | None, array_claims: str = "each") -> CheckedReplies:
+    """Send ``messages`` (one exchange loop with fast polling) and check the replies against them."""
+    from strategies.transport import send_and_receive
+
+    replies = send_and_receive(grid, messages, timeout=timeout)
+    return check_replies(messages, replies, array_claims)

@@ -10,11 +10,9 @@ from collections import OrderedDict
 from collections.abc import Iterable
 
 import numpy as np
-from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
-from flwr.serverapp import Grid
+from flwr.app import ArrayRecord, Message, MetricRecord
 
-from strategies.base import PatternStrategy
-from strategies.cohorts import build_train_messages, check_replies, plan_cohorts
+from strategies.base import LogicalClientStrategy
 from strategies.records import client_arrays, from_numpy, to_numpy
 
 log = logging.getLogger(__name__)
@@ -34,7 +32,7 @@ def equal_weight_mean(models: list[OrderedDict[str, np.ndarray]]) -> OrderedDict
     return out
 
 
-class EqualWeightFedAvg(PatternStrategy):
+class EqualWeightFedAvg(LogicalClientStrategy):
     """FedAvg over logical clients with equal weights, Message API.
 
     Parameters
@@ -46,30 +44,14 @@ class EqualWeightFedAvg(PatternStrategy):
 
     array_claims = "each"  # a reply carries one model per client its message asked for
 
-    def __init__(self, client_ids: list[int], action: str, clients_per_message: int = 1) -> None:
-        self.client_ids = list(client_ids)
-        self.action = action
-        self.clients_per_message = clients_per_message
-        self._sent: list[Message] = []
-
     def summary(self) -> None:
         log.info("EqualWeightFedAvg: %d clients, %d per message", len(self.client_ids), self.clients_per_message)
-
-    def configure_train(
-        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
-    ) -> Iterable[Message]:
-        config["server-round"] = server_round
-        plan = plan_cohorts(self.client_ids, list(grid.get_node_ids()), self.clients_per_message)
-        self._sent = build_train_messages(plan, arrays, config, self.action)
-        return self._sent
 
     def aggregate_train(
         self, server_round: int, replies: Iterable[Message]
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
         # Only replies that speak for exactly the clients their message asked for count.
-        checked = check_replies(self._sent, replies, self.array_claims)
-        for reason in checked.rejected:
-            log.warning("round %d: %s; counted as a failed client", server_round, reason)
+        checked = self.check(server_round, replies)
         models: dict[int, OrderedDict[str, np.ndarray]] = {}
         losses = []
         for reply in checked.valid:

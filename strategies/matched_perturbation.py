@@ -32,14 +32,14 @@ from flwr.serverapp import Grid
 from privacy.mechanisms import calibrate_sigma_abs, clip_by_l2, gaussian_noise_like
 from privacy.randomness import STREAM_MATCHED_PERTURBATION, NoiseSource
 from strategies.base import PatternStrategy
-from strategies.cohorts import check_replies
+from strategies.cohorts import PlanChecked
 from strategies.records import client_arrays, client_key, from_numpy, to_numpy
 
 log = logging.getLogger(__name__)
 CLIP_LEVELS = ("client", "aggregate")
 
 
-class MatchedPerturbation(PatternStrategy):
+class MatchedPerturbation(PlanChecked, PatternStrategy):
     """Wrap ``strategy`` with update clipping at ``clip_norm`` and calibrated Gaussian noise.
 
     Parameters
@@ -74,7 +74,6 @@ class MatchedPerturbation(PatternStrategy):
         self.rng = self.noise.numpy_generator(STREAM_MATCHED_PERTURBATION, *stream)
         self.array_claims = strategy.array_claims
         self._current: OrderedDict[str, np.ndarray] | None = None
-        self._sent: list[Message] = []
         self.clip_events: list[dict] = []  # one entry per clipped quantity, every round
 
     def summary(self) -> None:
@@ -89,8 +88,7 @@ class MatchedPerturbation(PatternStrategy):
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
         self._current = to_numpy(arrays)
-        self._sent = list(self.strategy.configure_train(server_round, arrays, config, grid))
-        return self._sent
+        return self.remember(self.strategy.configure_train(server_round, arrays, config, grid))
 
     def _clip_model(self, server_round: int, who: str, model: OrderedDict[str, np.ndarray]) -> OrderedDict:
         assert self._current is not None
@@ -105,9 +103,7 @@ class MatchedPerturbation(PatternStrategy):
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
         if self._current is None:
             raise RuntimeError("aggregate_train called before configure_train")
-        checked = check_replies(self._sent, replies, self.array_claims)
-        for reason in checked.rejected:
-            log.warning("round %d: %s; counted as a failed client", server_round, reason)
+        checked = self.check(server_round, replies)
         n_events_before = len(self.clip_events)
         if self.clip_at == "client":
             for reply in checked.valid:

@@ -11,11 +11,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
-from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
+from flwr.app import ArrayRecord, Message, MetricRecord
 from flwr.serverapp import Grid
 
-from strategies.base import PatternStrategy
-from strategies.cohorts import build_train_messages, check_replies, plan_cohorts
+from strategies.base import LogicalClientStrategy
+from strategies.cohorts import check_replies
 from strategies.records import client_arrays
 from strategies.transport import send_and_receive
 
@@ -58,16 +58,10 @@ class RelayGrid:
         return replies
 
 
-class SequentialDFL(PatternStrategy):
+class SequentialDFL(LogicalClientStrategy):
     """Token passing through ``client_ids`` in that fixed order every round."""
 
     array_claims = "last"  # a hop's reply carries one token, under the hop's last client
-
-    def __init__(self, client_ids: list[int], action: str, clients_per_message: int = 1) -> None:
-        self.client_ids = list(client_ids)
-        self.action = action
-        self.clients_per_message = clients_per_message
-        self._sent: list[Message] = []
 
     def summary(self) -> None:
         log.info("SequentialDFL: chain of %d clients, %d per message", len(self.client_ids), self.clients_per_message)
@@ -75,18 +69,10 @@ class SequentialDFL(PatternStrategy):
     def prepare_grid(self, grid: Grid) -> Grid:
         return RelayGrid(grid)  # type: ignore[return-value]
 
-    def configure_train(
-        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
-    ) -> Iterable[Message]:
-        config["server-round"] = server_round
-        plan = plan_cohorts(self.client_ids, list(grid.get_node_ids()), self.clients_per_message)
-        self._sent = build_train_messages(plan, arrays, config, self.action)
-        return self._sent
-
     def aggregate_train(
         self, server_round: int, replies: Iterable[Message]
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
-        checked = check_replies(self._sent, replies, self.array_claims)
+        checked = self.check(server_round, replies)
         ok = checked.valid  # in chain order: the relay returns hops as they happened
         visited = checked.contributors
         loss_sum, n_ex = 0.0, 0

@@ -5,13 +5,14 @@ from __future__ import annotations
 import time
 
 import torch
-from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
+from flwr.app import Context, Message, MetricRecord, RecordDict
 
 from flower_apps.common.torch_utils import pick_device, record_to_state, state_to_record
 from flower_apps.dfl_dp.config import DflDpConfig
 from flower_apps.dfl_dp.data import build_data_plan, data_key
 from flower_apps.dfl_dp.model import build_model
-from flower_apps.dfl_dp.train import client_generator, train_local
+from flower_apps.common.local_training import train_local
+from flower_apps.common.seeding import client_generator
 from flower_apps.dfl_dp.victims import capture, victim_clients
 from strategies.records import client_key
 

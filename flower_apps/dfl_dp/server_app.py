@@ -12,21 +12,23 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-import numpy as np
 from flwr.app import ArrayRecord, MetricRecord
 from flwr.serverapp import Grid
 
-from flower_apps.common.results import atomic_write_json, atomic_write_jsonl, atomic_write_text, config_hash
+from flower_apps.common.results import (open_run_folder, atomic_write_json, atomic_write_jsonl, atomic_write_text, is_finished,
+                                        run_folder, run_hash)
 from flower_apps.common.torch_utils import pick_device, record_to_state, state_to_record
 from flower_apps.dfl_dp.config import ACTION, DflDpConfig
 from flower_apps.dfl_dp.data import build_data_plan, data_key
 from flower_apps.dfl_dp.metrics import curve_summary
 from flower_apps.dfl_dp.model import build_model
-from flower_apps.dfl_dp.train import evaluate
+from flower_apps.common.local_training import evaluate
 from flower_apps.dfl_dp.victims import extract, save
 from privacy.accounting import account
+from privacy.randomness import NoiseSource
 from strategies.cohorts import config_record, wait_for_nodes
 from strategies.matched_perturbation import MatchedPerturbation
+from strategies.observer import RoundObserver
 from strategies.registry import build_strategy
 
 log = logging.getLogger("flwr")
@@ -34,27 +36,12 @@ log = logging.getLogger("flwr")
 
 def run_dir(cfg: DflDpConfig) -> Path:
     """Where a run writes its results."""
-    return Path(cfg.results_dir) / "dfl-dp" / "runs" / (cfg.run_name or cfg.default_run_name)
+    return run_folder("dfl-dp", cfg)
 
 
 def is_complete(cfg: DflDpConfig) -> bool:
-    """True when this exact config already has a summary (used by sweeps to resume)."""
-    from flower_apps.common.results import read_json
-
-    p = run_dir(cfg) / "summary.json"
-    if not p.is_file():
-        return False
-    try:
-        return read_json(p).get("config_hash") == run_hash(cfg)
-    except (OSError, ValueError):
-        return False
-
-
-def run_hash(cfg: DflDpConfig) -> str:
-    """Identity of a run for resuming: every field except those that cannot change its results."""
-    d = asdict(cfg)
-    d.pop("round_timeout")
-    return config_hash(d)
+    """True when this exact config already has a summary (sweeps resume)."""
+    return is_finished(run_dir(cfg), run_hash(cfg))
 
 
 def write_class_counts(plan, out: Path) -> None:
@@ -70,9 +57,10 @@ def write_class_counts(plan, out: Path) -> None:
 
 def server_main(grid: Grid, cfg: DflDpConfig) -> dict:
     """Run one configuration through Flower and write its results folder. Returns the summary."""
-    out = run_dir(cfg)
-    out.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(out / "config.json", asdict(cfg))
+    from flower_apps.dfl_dp.data import validate_data
+
+    validate_data(cfg)  # unusable data fails here, in seconds: no run folder, no message sent
+    out = open_run_folder(run_dir(cfg), cfg)
     plan = build_data_plan(data_key(cfg))
     write_class_counts(plan, out)
     device = pick_device(cfg.device)
@@ -85,7 +73,8 @@ def server_main(grid: Grid, cfg: DflDpConfig) -> dict:
     nodes = wait_for_nodes(grid, min_nodes)
     strategy = build_strategy(
         cfg.framework, list(range(cfg.num_clients)), ACTION, cfg.clients_per_message, dp=cfg.dp,
-        clip_norm=cfg.clip_norm, eps_cal=cfg.eps_cal, delta_cal=cfg.delta_cal, seed=cfg.seed,
+        clip_norm=cfg.clip_norm, eps_cal=cfg.eps_cal, delta_cal=cfg.delta_cal,
+        noise=NoiseSource(cfg.noise_seed_file), stream=(cfg.seed,),
     )
     log.info("dfl-dp %s: %d logical clients on %d nodes, %d rounds, data %s (%d target-train)",
              out.name, cfg.num_clients, len(nodes), cfg.num_rounds, plan.name, len(plan.y["target_train"]))
@@ -93,21 +82,19 @@ def server_main(grid: Grid, cfg: DflDpConfig) -> dict:
     t_start = time.perf_counter()
     last_metrics: dict[int, MetricRecord] = {}
 
-    inner_aggregate = strategy.aggregate_train
-
-    def aggregate_and_keep(server_round, replies):
-        replies = list(replies)
+    def keep_victims(server_round: int, replies: list) -> None:
         if cfg.capture_victims and server_round == cfg.victim_round:
             victim_records = extract(replies)
             for r in victim_records:
                 r.update(framework=cfg.framework, condition=cfg.condition, seed=cfg.seed, round=server_round)
             save(victim_records, out / "victims.pt")
-        arrays, metrics = inner_aggregate(server_round, replies)
+
+    def keep_metrics(server_round: int, _arrays, metrics: MetricRecord | None) -> None:
         if metrics is not None:
             last_metrics[server_round] = metrics
-        return arrays, metrics
 
-    strategy.aggregate_train = aggregate_and_keep  # type: ignore[method-assign]
+    # Observed by composition: the wrapped strategy sees exactly the replies it would have seen.
+    observed = RoundObserver(strategy, on_replies=keep_victims, on_result=keep_metrics)
 
     def evaluate_fn(server_round: int, arrays: ArrayRecord) -> MetricRecord:
         model.load_state_dict({k: v.to(device) for k, v in record_to_state(arrays).items()})
@@ -125,7 +112,7 @@ def server_main(grid: Grid, cfg: DflDpConfig) -> dict:
                  cfg.num_rounds, acc, elapsed, eta)
         return MetricRecord({"test-acc": acc, "test-loss": loss})
 
-    strategy.start(grid, initial, num_rounds=cfg.num_rounds, timeout=cfg.round_timeout,
+    observed.start(grid, initial, num_rounds=cfg.num_rounds, timeout=cfg.round_timeout,
                    train_config=config_record_for(cfg), evaluate_fn=evaluate_fn)
 
     save_model(model, out / "final_model.pt")
@@ -138,9 +125,8 @@ def server_main(grid: Grid, cfg: DflDpConfig) -> dict:
                "wall_seconds": time.perf_counter() - t_start, "device": str(device),
                **curve_summary(acc_curve), "acc_curve": acc_curve}
     if isinstance(strategy, MatchedPerturbation):
-        ev = strategy.clip_events
-        summary["clip_frequency_pct"] = 100.0 * float(np.mean([e["clipped"] for e in ev])) if ev else 0.0
-        summary["clip_unit"] = "client updates" if strategy.clip_at == "client" else "rounds"
+        summary.update(strategy.clip_summary())
+        summary.update(strategy.noise.describe())
         row = account(cfg.framework, cfg.clip_norm, cfg.eps_cal, cfg.num_clients, cfg.num_rounds,
                       cfg.delta_cal, cfg.delta_total)
         summary["accounting"] = asdict(row)

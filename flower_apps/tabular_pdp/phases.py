@@ -8,7 +8,6 @@ replies (which carry no content) are attributed too.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -18,31 +17,21 @@ from flwr.serverapp import Grid
 from flower_apps.tabular_pdp.config import ACTION, TabularPdpConfig
 from privacy.anonymization import harmonize_levels, validate_levels
 from strategies.cohorts import build_train_messages, plan_cohorts
+from strategies.cohorts import exchange as cohort_exchange
 
 log = logging.getLogger("flwr")
 
 
 def exchange(grid: Grid, client_ids: Sequence[int], arrays: ArrayRecord, config: ConfigRecord,
-             timeout: float = 3600.0) -> dict[int, Message | None]:
-    """Send one message per client and return client id -> reply (None: no reply before ``timeout``)."""
+             timeout: float) -> dict[int, Message | None]:
+    """Send one message per client; client id -> its reply (an error reply if it failed or lied; None: none).
+
+    Replies are matched to clients by the message they answer (strategies.cohorts), never by
+    what they say, so error replies (which carry no content) are attributed too.
+    """
     plan = plan_cohorts(list(client_ids), list(grid.get_node_ids()), 1)
-    messages = build_train_messages(plan, arrays, config, ACTION)
-    ids = list(grid.push_messages(messages))
-    owner = {mid: chunk[0] for mid, (_, chunk) in zip(ids, plan)}
-    out: dict[int, Message | None] = {c: None for c in client_ids}
-    pending = set(ids)
-    deadline = time.monotonic() + timeout
-    poll = 0.0005
-    while pending and time.monotonic() < deadline:
-        got = list(grid.pull_messages(pending))
-        for m in got:
-            mid = m.metadata.reply_to_message_id
-            out[owner[mid]] = m
-            pending.discard(mid)
-        if not got:
-            time.sleep(poll)
-            poll = min(poll * 1.5, 0.02)
-    return out
+    checked = cohort_exchange(grid, build_train_messages(plan, arrays, config, ACTION), timeout, array_claims="none")
+    return {c: checked.answer_of.get(c) for c in client_ids}
 
 
 def phase_config(cfg: TabularPdpConfig, phase: str, levels: Sequence[int] | None = None,
@@ -87,7 +76,7 @@ def anonymize_and_harmonize(grid: Grid, cfg: TabularPdpConfig, client_ids: Seque
     own: dict[int, dict] = {}
     regions: dict[int, str] = {}
     if cfg.levels is None:
-        replies = exchange(grid, client_ids, ArrayRecord(), phase_config(cfg, "anonymize"))
+        replies = exchange(grid, client_ids, ArrayRecord(), phase_config(cfg, "anonymize"), cfg.round_timeout)
         for cid, r in replies.items():
             if _ok(r):
                 m = r.content["metrics"]
@@ -109,7 +98,7 @@ def anonymize_and_harmonize(grid: Grid, cfg: TabularPdpConfig, client_ids: Seque
     for cid, why in skipped.items():
         log.warning("tabular-pdp: client %d skipped at anonymization: %s", cid, why)
     todo = [c for c in client_ids if c not in skipped]
-    replies = exchange(grid, todo, ArrayRecord(), phase_config(cfg, "harmonize", levels))
+    replies = exchange(grid, todo, ArrayRecord(), phase_config(cfg, "harmonize", levels), cfg.round_timeout)
     harmonized: dict[int, dict] = {}
     for cid, r in replies.items():
         if _ok(r):

@@ -17,7 +17,6 @@ import logging
 import time
 import warnings
 from collections import OrderedDict
-from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -25,22 +24,24 @@ from flwr.app import ArrayRecord
 from flwr.serverapp import Grid
 
 from datasets.cancer import describe_source
-from flower_apps.common.results import atomic_write_json, atomic_write_jsonl, config_hash, read_json
+from flower_apps.common.results import open_run_folder, atomic_write_json, atomic_write_jsonl, is_finished, run_folder, run_hash
 from flower_apps.common.torch_utils import state_to_record
 from flower_apps.tabular_pdp.config import ACTION, TabularPdpConfig
 from flower_apps.tabular_pdp.data import model_features
 from flower_apps.tabular_pdp.model import build_model
 from flower_apps.tabular_pdp.phases import anonymize_and_harmonize, exchange, phase_config
+from flower_apps.tabular_pdp.strategy import CohortFedAvg
 from flower_apps.tabular_pdp.report import write_anonymization, write_drift, write_run_table
 from privacy.drift import detect_drift, flatten
 from privacy.mechanisms import global_l2_norm
 from privacy.personalized import aggregate_sigma, gdp_sigma
+from privacy.randomness import STREAM_TABULAR_SERVER, NoiseSource
 from privacy.tabular_accounting import client_budgets
 from strategies.base import FastGrid
 from strategies.records import from_numpy, to_numpy
-from strategies.tabular_dp import PersonalizedServerSideClipping, SeededServerSideFixedClipping
-from strategies.tabular_drift import DriftGuard
-from strategies.tabular_fedavg import ClientFedAvg
+from strategies.drift_guard import DriftGuard
+from strategies.personalized_clipping import PersonalizedServerSideClipping
+from strategies.server_fixed_clipping import ServerSideFixedClipping
 
 log = logging.getLogger("flwr")
 SETTING_CODE = {"vanilla": 0, "gdp": 1, "pdp": 2}
@@ -48,16 +49,12 @@ SETTING_CODE = {"vanilla": 0, "gdp": 1, "pdp": 2}
 
 def run_dir(cfg: TabularPdpConfig) -> Path:
     """Where a run writes its results."""
-    return Path(cfg.results_dir) / "tabular-pdp" / "runs" / (cfg.run_name or cfg.default_run_name)
+    return run_folder("tabular-pdp", cfg)
 
 
 def is_complete(cfg: TabularPdpConfig) -> bool:
     """True when this exact config already has a summary (sweeps resume)."""
-    p = run_dir(cfg) / "summary.json"
-    try:
-        return p.is_file() and read_json(p).get("config_hash") == config_hash(asdict(cfg))
-    except (OSError, ValueError):
-        return False
+    return is_finished(run_dir(cfg), run_hash(cfg))
 
 
 def weighted_mean(models: dict[int, OrderedDict], weights: dict[int, float]) -> OrderedDict:
@@ -74,7 +71,7 @@ def weighted_mean(models: dict[int, OrderedDict], weights: dict[int, float]) -> 
 def local_fit(grid: Grid, cfg: TabularPdpConfig, clients: list[int], arrays: ArrayRecord, levels, server_round: int
               ) -> tuple[dict[int, OrderedDict], dict[int, int], dict[int, str]]:
     """One local training round outside the strategy loop: (models, train sizes, failures)."""
-    replies = exchange(grid, clients, arrays, phase_config(cfg, "fit", levels, server_round))
+    replies = exchange(grid, clients, arrays, phase_config(cfg, "fit", levels, server_round), cfg.round_timeout)
     models, sizes, failed = {}, {}, {}
     for cid, r in replies.items():
         if r is None or r.has_error():
@@ -86,12 +83,13 @@ def local_fit(grid: Grid, cfg: TabularPdpConfig, clients: list[int], arrays: Arr
 
 
 def _strategy(setting: str, cfg: TabularPdpConfig, clients: list[int], clip_norm: float, risks: dict[int, float]):
-    base = ClientFedAvg(clients, ACTION)
-    rng = np.random.default_rng([cfg.seed, SETTING_CODE[setting], 1])
+    base = CohortFedAvg(clients, ACTION)
+    # Secret noise (OS entropy) unless a local noise-seed-file is given: never from the run seed.
+    rng = NoiseSource(cfg.noise_seed_file).numpy_generator(STREAM_TABULAR_SERVER, cfg.seed, SETTING_CODE[setting])
     if setting == "vanilla":
         strat = base
     elif setting == "gdp":
-        strat = SeededServerSideFixedClipping(base, cfg.noise_multiplier, clip_norm, len(clients), rng)
+        strat = ServerSideFixedClipping(base, cfg.noise_multiplier, clip_norm, rng)
     else:
         strat = PersonalizedServerSideClipping(base, cfg.noise_multiplier, clip_norm, risks, rng)
     if cfg.drift_recheck > 0:
@@ -105,7 +103,8 @@ def run_setting(grid: Grid, cfg: TabularPdpConfig, setting: str, clients: list[i
     outer, dp, base = _strategy(setting, cfg, clients, clip_norm, risks)
     train_config = phase_config(cfg, "fit", levels)
     t0 = time.perf_counter()
-    result = outer.start(FastGrid(grid), w0, num_rounds=cfg.num_rounds, timeout=3600, train_config=train_config,
+    result = outer.start(FastGrid(grid), w0, num_rounds=cfg.num_rounds, timeout=cfg.round_timeout,
+                         train_config=train_config,
                          evaluate_config=phase_config(cfg, "evaluate", levels))
     rows = []
     for r in range(1, cfg.num_rounds + 1):
@@ -130,7 +129,7 @@ def run_setting(grid: Grid, cfg: TabularPdpConfig, setting: str, clients: list[i
     return summary, rows
 
 
-def _accounting(setting: str, cfg: TabularPdpConfig, dp, base: ClientFedAvg, clip_norm: float,
+def _accounting(setting: str, cfg: TabularPdpConfig, dp, base: CohortFedAvg, clip_norm: float,
                 sizes: dict[int, int]) -> dict:
     contributed = sorted({c for cs in base.contributors.values() for c in cs})
     rounds = {c: sum(c in cs for cs in base.contributors.values()) for c in contributed}
@@ -160,9 +159,10 @@ def _accounting(setting: str, cfg: TabularPdpConfig, dp, base: ClientFedAvg, cli
 
 def server_main(grid: Grid, cfg: TabularPdpConfig) -> dict:
     """Run one configuration through Flower and write its results folder. Returns the summary."""
-    out = run_dir(cfg)
-    out.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(out / "config.json", asdict(cfg))
+    from flower_apps.tabular_pdp.data import validate_data
+
+    validate_data(cfg)  # unusable data fails here, in seconds: no run folder, no message sent
+    out = open_run_folder(run_dir(cfg), cfg)
     t_start = time.perf_counter()
     if cfg.noise_multiplier == 0 and {"gdp", "pdp"} & set(cfg.settings):
         warnings.warn("tab-noise-multiplier = 0: GDP and PDP add no noise (epsilon is infinite)", stacklevel=2)
@@ -215,7 +215,7 @@ def server_main(grid: Grid, cfg: TabularPdpConfig) -> dict:
         log.info("[%s] %s: MAE %.4f, MRE %.4f", out.name, setting, summ["final_mae"], summ["final_mre"])
 
     summary = {
-        "config_hash": config_hash(asdict(cfg)), "run": out.name, "seed": cfg.seed, "preset": cfg.preset,
+        "config_hash": run_hash(cfg), "run": out.name, "seed": cfg.seed, "preset": cfg.preset,
         "dataset": cfg.dataset, "data_notes": _data_notes(cfg), "levels": list(levels),
         "levels_source": anon.levels_source, "anonymization": {str(c): v for c, v in anon.harmonized.items()},
         "own_levels": {str(c): v for c, v in anon.own.items()}, "regions": {str(c): r for c, r in anon.regions.items()},
@@ -228,6 +228,7 @@ def server_main(grid: Grid, cfg: TabularPdpConfig) -> dict:
         "clip_quantile": cfg.clip_quantile, "update_norms_estimation": {str(c): v for c, v in norms.items()},
         "noise_multiplier": cfg.noise_multiplier, "num_rounds": cfg.num_rounds, "local_epochs": cfg.local_epochs,
         "settings": settings, "wall_seconds": time.perf_counter() - t_start,
+        **NoiseSource(cfg.noise_seed_file).describe(),
     }
     if settings:
         write_run_table(summary, out)

@@ -1,7 +1,7 @@
 """Ultrasound ClientApp logic: one federated round, or a whole local-only training, for one client.
 
 The client reads everything from the message: the run config (``run-config``), the round
-(``server-round``), its logical client id (``node-clients`` map), and FedProx's ``proximal-mu``
+(``server-round``), its logical client (``client-ids``, one per message), and FedProx's ``proximal-mu``
 when the strategy sends it.
 """
 
@@ -17,7 +17,7 @@ from flower_apps.ultrasound.data import build_data, data_key
 from flower_apps.ultrasound.models import model_skeleton
 from flower_apps.ultrasound.train import DpSettings, client_seed, evaluate, lr_at_round, train_local
 from privacy.randomness import NoiseSource
-from strategies.ultrasound_fl import client_of
+from strategies.cohorts import client_ids_of
 
 METRICS_KEY = "metrics"
 
@@ -40,7 +40,7 @@ def train(msg: Message, context: Context) -> Message:
     t0 = time.perf_counter()
     conf: ConfigRecord = msg.content["config"]
     cfg = UltrasoundConfig.from_json(str(conf["run-config"]))
-    cid = client_of(conf)
+    (cid,) = client_ids_of(conf)  # one logical client per message (strategies.fixed_cohort)
     server_round = int(conf["server-round"])
     data = build_data(data_key(cfg))
     device = pick_device(cfg.device)
@@ -56,7 +56,8 @@ def train(msg: Message, context: Context) -> Message:
                         device=device, seed=client_seed(cfg.seed, server_round, cid), proximal_mu=mu,
                         dp=dp_settings(cfg, context), owners=owners, profiles=data.profiles)
     metrics = MetricRecord({
-        "num-examples": int(len(y)), "client-id": cid, "train-loss": stats.loss, "steps": stats.steps,
+        "num-examples": int(len(y)), "client-id": cid, "client-ids": [cid], "train-loss": stats.loss,
+        "steps": stats.steps,
         "train-seconds": stats.seconds, "step-seconds": stats.step_seconds, "lr": lr, "proximal-mu": mu,
         "sample-rate": stats.sample_rate or 0.0, "noise-multiplier": cfg.noise_multiplier if cfg.dp_sgd else 0.0,
         "handler-seconds": time.perf_counter() - t0, "cuda": int(device.type == "cuda"),
@@ -80,7 +81,8 @@ def _local_only(msg, cfg, cid, model, x, y, owners, data, device, t0, context) -
     test = evaluate(model, data.x["test"], data.y["test"], device)
     xv, yv = data.client_val_data(cid)
     val = evaluate(model, xv, yv, device) if len(yv) else {}
-    rec = {"num-examples": int(len(y)), "client-id": cid, "train-loss": stats.loss, "steps": stats.steps,
+    rec = {"num-examples": int(len(y)), "client-id": cid, "client-ids": [cid], "train-loss": stats.loss,
+           "steps": stats.steps,
            "train-seconds": stats.seconds, "step-seconds": stats.step_seconds,
            "sample-rate": stats.sample_rate or 0.0, "noise-multiplier": cfg.noise_multiplier if cfg.dp_sgd else 0.0,
            "acc-curve": curve, "handler-seconds": time.perf_counter() - t0,

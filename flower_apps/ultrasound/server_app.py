@@ -16,41 +16,38 @@ import logging
 import math
 import os
 import time
-from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
 import torch
-from flwr.app import ArrayRecord, ConfigRecord, MessageType, MetricRecord
+from flwr.app import ArrayRecord, ConfigRecord, MetricRecord
 from flwr.serverapp import Grid
 
-from flower_apps.common.results import atomic_write_json, atomic_write_jsonl, config_hash, read_json
+from flower_apps.common.results import open_run_folder, atomic_write_json, atomic_write_jsonl, config_hash, is_finished, run_folder
 from flower_apps.common.torch_utils import pick_device, record_to_state, state_to_record
 from flower_apps.ultrasound.config import ACTION, UltrasoundConfig
 from flower_apps.ultrasound.data import UltrasoundData, build_data, data_key
 from flower_apps.ultrasound.models import create_model
 from flower_apps.ultrasound.report import write_run_outputs
+from flower_apps.ultrasound.strategy import build_ultrasound_strategy
 from flower_apps.ultrasound.train import DpSettings, client_seed, evaluate, lr_at_round, train_local
 from privacy.dpsgd import DpSgdLedger, paper_sqrt_t_bound, rdp_epsilon
+from privacy.randomness import NoiseSource
 from strategies.base import FastGrid
-from strategies.cohorts import wait_for_nodes
-from strategies.ultrasound_fl import build_ultrasound_strategy, client_messages, client_node_map
+from strategies.cohorts import build_train_messages, exchange, plan_cohorts, wait_for_nodes
 
 log = logging.getLogger("flwr")
 BYTES_PER_PARAM = 4  # float32
 
 
 def run_dir(cfg: UltrasoundConfig) -> Path:
-    return Path(cfg.results_dir) / "ultrasound" / "runs" / (cfg.run_name or cfg.default_run_name)
+    """Where a run writes its results."""
+    return run_folder("ultrasound", cfg)
 
 
 def is_complete(cfg: UltrasoundConfig) -> bool:
     """True when this exact config already has a summary (sweeps resume)."""
-    p = run_dir(cfg) / "summary.json"
-    try:
-        return p.is_file() and read_json(p).get("config_hash") == config_hash(cfg.effective())
-    except (OSError, ValueError):
-        return False
+    return is_finished(run_dir(cfg), config_hash(cfg.effective()))
 
 
 def communication(num_params: int, payload_bytes: int, num_clients: int, num_rounds: int) -> dict:
@@ -96,10 +93,11 @@ def _per_client_eval(model, data: UltrasoundData, device) -> list[dict]:
 
 def server_main(grid: Grid, cfg: UltrasoundConfig) -> dict:
     """Run one configuration and write its results folder. Returns the summary."""
-    out = run_dir(cfg)
-    out.mkdir(parents=True, exist_ok=True)
+    from flower_apps.ultrasound.data import validate_data
+
+    validate_data(cfg)  # unusable data fails here, in seconds: no run folder, no message sent
+    out = open_run_folder(run_dir(cfg), cfg)
     (out / "summary.json").unlink(missing_ok=True)  # a stale summary (other config) must not count as done
-    atomic_write_json(out / "config.json", asdict(cfg))
     data = build_data(data_key(cfg))
     device = pick_device(cfg.device)
     model, info = create_model(cfg.arch, data.num_classes, cfg.image_size, dp=cfg.dp_sgd, pretrained=cfg.pretrained,
@@ -128,6 +126,8 @@ def server_main(grid: Grid, cfg: UltrasoundConfig) -> dict:
         "dp_sgd": cfg.dp_sgd, "max_grad_norm": cfg.max_grad_norm if cfg.dp_sgd else None,
         "noise_multiplier": cfg.noise_multiplier if cfg.dp_sgd else None,
         "grad_sample_mode": cfg.grad_sample_mode if cfg.dp_sgd else None,
+        # DP-SGD noise is drawn on each client; this is the run config's source (a node may use its own file).
+        **(NoiseSource(cfg.noise_seed_file).describe() if cfg.dp_sgd else {}),
         "proximal_mu": cfg.proximal_mu if cfg.method == "fedprox" else None,
         "n_train": int(len(data.y["train"])), "n_val": int(len(data.y["val"])), "n_test": int(len(data.y["test"])),
         "device": str(device), "wall_seconds": time.perf_counter() - t_start,
@@ -153,12 +153,11 @@ def _timing(round_seconds: list[float], client_rows: list[dict]) -> dict:
             "round_seconds": round_seconds}
 
 
-def _cohort(grid: Grid, cfg: UltrasoundConfig) -> dict[int, int]:
-    """Logical client -> SuperNode: one node per client when K are connected, else shared round-robin."""
+def _cohort(grid: Grid, cfg: UltrasoundConfig) -> list[int]:
+    """The K logical clients: one node per client when K are connected, else shared round-robin."""
     nodes = wait_for_nodes(grid, 1)
-    cohort = client_node_map(nodes, cfg.num_clients)
-    log.info("ultrasound: %d logical clients on %d SuperNode(s)", cfg.num_clients, len(set(cohort.values())))
-    return cohort
+    log.info("ultrasound: %d logical clients on %d SuperNode(s)", cfg.num_clients, min(len(nodes), cfg.num_clients))
+    return list(range(cfg.num_clients))
 
 
 def _federated(grid: Grid, cfg: UltrasoundConfig, model, initial: ArrayRecord, data: UltrasoundData, device):
@@ -180,7 +179,7 @@ def _federated(grid: Grid, cfg: UltrasoundConfig, model, initial: ArrayRecord, d
             last["t"] = time.perf_counter()
             return MetricRecord({"test-accuracy": test["accuracy"]})
         val = evaluate(model, data.x["val"], data.y["val"], device)
-        cm = strategy.client_metrics.get(server_round, [])
+        cm = list(strategy.client_metrics.get(server_round, {}).values())
         now = time.perf_counter()
         round_seconds.append(now - last["t"])
         last["t"] = now
@@ -195,12 +194,12 @@ def _federated(grid: Grid, cfg: UltrasoundConfig, model, initial: ArrayRecord, d
                  test["accuracy"], test["f1"], round_seconds[-1])
         return MetricRecord({"test-accuracy": test["accuracy"]})
 
-    result = strategy.start(FastGrid(grid), initial, num_rounds=cfg.num_rounds, timeout=24 * 3600,
+    result = strategy.start(FastGrid(grid), initial, num_rounds=cfg.num_rounds, timeout=cfg.round_timeout,
                             train_config=ConfigRecord({"run-config": cfg.to_json()}), evaluate_fn=evaluate_fn)
     model.load_state_dict({k: v.to(device) for k, v in record_to_state(result.arrays).items()})
     final = evaluate(model, data.x["test"], data.y["test"], device)
     ledgers: dict[int, DpSgdLedger] = {k: DpSgdLedger() for k in range(cfg.num_clients)}
-    all_rows = [m for r in sorted(strategy.client_metrics) for m in strategy.client_metrics[r]]
+    all_rows = [m for r in sorted(strategy.client_metrics) for m in strategy.client_metrics[r].values()]
     if cfg.dp_sgd:
         for m in all_rows:
             ledgers[int(m["client-id"])].record(m["noise-multiplier"], m["sample-rate"], int(m["steps"]))
@@ -226,7 +225,8 @@ def _centralized(cfg: UltrasoundConfig, model, data: UltrasoundData, device):
         atomic_write_jsonl(run_dir(cfg) / "rounds.jsonl", rounds)
         last["t"] = time.perf_counter()
 
-    dp = DpSettings(cfg.noise_multiplier, cfg.max_grad_norm, cfg.grad_sample_mode) if cfg.dp_sgd else None
+    dp = (DpSettings(cfg.noise_multiplier, cfg.max_grad_norm, cfg.grad_sample_mode,
+                     noise=NoiseSource(cfg.noise_seed_file)) if cfg.dp_sgd else None)
     threads = torch.get_num_threads()
     if device.type == "cpu":  # the ServerApp shares the CPUs with Ray; all of them oversubscribe (slow spin-waits)
         torch.set_num_threads(max(1, min(threads, (os.cpu_count() or 2) // 2)))
@@ -251,13 +251,13 @@ def _local_only(grid: Grid, cfg: UltrasoundConfig, initial: ArrayRecord, data: U
     """Baseline: each client trains its own model for T x E epochs (one message per client)."""
 
     conf = ConfigRecord({"run-config": cfg.to_json(), "server-round": 0})
-    msgs = client_messages(_cohort(grid, cfg), initial, conf, f"{MessageType.TRAIN}.{ACTION}")
-    replies = FastGrid(grid).send_and_receive(msgs, timeout=24 * 3600)
-    bad = [m for m in replies if m.has_error()]
-    if bad or len(replies) < len(msgs):
-        reason = bad[0].error.reason if bad else "missing replies"
-        raise RuntimeError(f"local-only: {len(bad)} errors / {len(msgs) - len(replies)} missing ({reason})")
-    rows = sorted((dict(m.content["metrics"]) for m in replies), key=lambda r: r["client-id"])
+    plan = plan_cohorts(_cohort(grid, cfg), list(grid.get_node_ids()), 1)
+    checked = exchange(grid, build_train_messages(plan, initial, conf, ACTION), cfg.round_timeout, array_claims="none")
+    if checked.problem_of:
+        cid, why = min(checked.problem_of.items())
+        raise RuntimeError(f"local-only: {len(checked.problem_of)} of {cfg.num_clients} clients failed "
+                           f"(client {cid}: {why})")
+    rows = [dict(checked.reply_of[c].content["metrics"]) for c in checked.contributors]
     c = len(data.class_names)
     keys = ("accuracy", "f1", "precision", "recall", "specificity", "auc")
     per_client = [{"client": int(r["client-id"]), "n_train": int(r["num-examples"]),

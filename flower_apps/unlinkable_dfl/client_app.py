@@ -2,7 +2,7 @@
 
 One action, two phases (``config['phase']``):
 
-* ``train``: for every node in ``node-ids`` load its current model (``client.<id>``),
+* ``train``: for every node in ``client-ids`` (the logical nodes this SuperNode plays) load its current model (``client.<id>``),
   train on its Dirichlet shard, flatten the shareable state, fragment and encode it,
   and pick ``(destination, fragment)`` pairs among the neighbours given in
   ``peers.<id>`` (selective transmission, ratio r). Reply: the trained model
@@ -38,6 +38,7 @@ from flower_apps.unlinkable_dfl.node import (
     torch_generator,
     train_local,
 )
+from strategies.cohorts import client_ids_of
 from strategies.records import client_key
 
 STREAM_QUANT, STREAM_SENDS, STREAM_BYZ = 1, 2, 3
@@ -67,7 +68,7 @@ def _train_phase(cfg: UdflConfig, content: RecordDict, round_: int) -> RecordDic
     plan = build_data_plan(data_key(cfg))
     byzantine = {int(i) for i in conf.get("byzantine-ids", [])}
     out = RecordDict()
-    for node in [int(i) for i in conf["node-ids"]]:
+    for node in client_ids_of(conf):
         t0, c0 = time.perf_counter(), time.process_time()
         model = _model_for(cfg, plan)
         model.load_state_dict(record_to_state(content[client_key(node)]))
@@ -109,7 +110,7 @@ def _aggregate_phase(cfg: UdflConfig, content: RecordDict, round_: int) -> Recor
     plan = build_data_plan(data_key(cfg))
     x_test, y_test = plan.test_subset(cfg.eval_samples)
     out = RecordDict()
-    for node in [int(i) for i in conf["node-ids"]]:
+    for node in client_ids_of(conf):
         c0, t0 = time.process_time(), time.perf_counter()
         model = _model_for(cfg, plan)
         state = record_to_state(content[client_key(node)])

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from privacy.fragments import Fragment, FragmentLayout, InvalidFragment, decode
+from registry import Registry
 
 KRUM_FALLBACKS = ("median", "fedavg")
 
@@ -161,13 +162,8 @@ def frag_krum(pool: FragmentPool, budget: int = 1, fallback: str = "median") -> 
 
 
 Aggregator = Callable[..., tuple[np.ndarray, AggregationStats]]
-AGGREGATORS: dict[str, Aggregator] = {}
-
-
-def register_aggregator(name: str, fn: Aggregator) -> None:
-    if name in AGGREGATORS:
-        raise ValueError(f"aggregator {name!r} is already registered")
-    AGGREGATORS[name] = fn
+AGGREGATORS: Registry[Aggregator] = Registry("aggregator")
+register_aggregator = AGGREGATORS.register
 
 
 register_aggregator("fedavg", frag_fedavg)

@@ -21,15 +21,14 @@ from __future__ import annotations
 import logging
 import math
 import time
-from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
-from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, RecordDict
+from flwr.app import ArrayRecord, ConfigRecord
 from flwr.serverapp import Grid
 
 from attacks.linking.content import CuriousRecipientRecorder
-from flower_apps.common.results import atomic_write_json, atomic_write_jsonl, config_hash, read_json
+from flower_apps.common.results import open_run_folder, atomic_write_json, atomic_write_jsonl, is_finished, run_folder, run_hash
 from flower_apps.common.torch_utils import record_to_state, state_to_record
 from flower_apps.unlinkable_dfl.config import ACTION, UdflConfig
 from flower_apps.unlinkable_dfl.data import build_data_plan, data_key
@@ -37,23 +36,20 @@ from flower_apps.unlinkable_dfl.models import build_model, shareable_keys, state
 from flower_apps.unlinkable_dfl.node import fragment_layout
 from flower_apps.unlinkable_dfl.world import MEANINGFUL, World, honest_mean
 from privacy.mixnet.metrics import h_path, h_relay
-from strategies.cohorts import plan_cohorts, wait_for_nodes
+from strategies.cohorts import build_train_messages, exchange, plan_cohorts, planned_clients, wait_for_nodes
 from strategies.records import client_key
 
 log = logging.getLogger("flwr")
 
 
 def run_dir(cfg: UdflConfig) -> Path:
-    return Path(cfg.results_dir) / "unlinkable-dfl" / "runs" / (cfg.run_name or cfg.default_run_name)
+    """Where a run writes its results."""
+    return run_folder("unlinkable-dfl", cfg)
 
 
 def is_complete(cfg: UdflConfig) -> bool:
     """True when this exact config already has a summary (sweeps resume)."""
-    p = run_dir(cfg) / "summary.json"
-    try:
-        return p.is_file() and read_json(p).get("config_hash") == config_hash(asdict(cfg))
-    except (OSError, ValueError):
-        return False
+    return is_finished(run_dir(cfg), run_hash(cfg))
 
 
 def _byzantine_nodes(cfg: UdflConfig) -> set[int]:
@@ -63,40 +59,40 @@ def _byzantine_nodes(cfg: UdflConfig) -> set[int]:
 
 def _exchange(grid: Grid, cfg: UdflConfig, phase: str, round_: int, nodes: list[int], per_node: dict,
               supernodes: list[int], extra: dict | None = None) -> dict[str, object]:
-    """One message per cohort of logical nodes; returns the merged reply records."""
-    messages = []
-    for dst, cohort in plan_cohorts(nodes, supernodes, cfg.clients_per_message):
-        content = RecordDict()
-        conf = ConfigRecord({"run-config": cfg.to_json(), "phase": phase, "server-round": round_,
-                             "node-ids": list(cohort)})
-        for key, val in (extra or {}).items():
-            conf[key] = val
-        for node in cohort:
+    """One message per cohort of logical nodes; returns the merged reply records.
+
+    Each message carries the records of the nodes it asks for (``client-ids``); a reply must
+    carry ``client.<id>`` for exactly those nodes (strategies.cohorts.check_replies).
+    """
+    common = {"run-config": cfg.to_json(), "phase": phase, "server-round": round_, **(extra or {})}
+    messages = build_train_messages(plan_cohorts(nodes, supernodes, cfg.clients_per_message), ArrayRecord(),
+                                    ConfigRecord(common), ACTION)
+    for msg in messages:
+        del msg.content["arrays"]
+        for node in planned_clients(msg):
             for key, val in per_node[node].items():
                 if isinstance(val, (ArrayRecord, ConfigRecord)):
-                    content[key] = val
+                    msg.content[key] = val
                 else:
-                    conf[key] = val
-        content["config"] = conf
-        messages.append(Message(content=content, message_type=f"{MessageType.TRAIN}.{ACTION}", dst_node_id=dst))
-    replies = grid.send_and_receive(messages, timeout=3600)
+                    msg.content["config"][key] = val
+    checked = exchange(grid, messages, timeout=cfg.round_timeout)
+    if checked.problem_of:
+        node, why = min(checked.problem_of.items())
+        raise RuntimeError(f"{len(checked.problem_of)} node(s) failed in phase {phase}, round {round_}; "
+                           f"node {node}: {why}")
     merged: dict[str, object] = {}
-    for reply in replies:
-        if reply.has_error():
-            raise RuntimeError(f"a node failed in phase {phase}, round {round_}: {reply.error.reason}")
+    for reply in checked.valid:
         for key, rec in reply.content.items():
             merged[key] = rec
-    missing = [n for n in nodes if client_key(n) not in merged]
-    if missing:
-        raise RuntimeError(f"no {phase} reply for nodes {missing} in round {round_}")
     return merged
 
 
 def server_main(grid: Grid, cfg: UdflConfig) -> dict:
     """Run one configuration through Flower and write its results folder. Returns the summary."""
-    out = run_dir(cfg)
-    out.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(out / "config.json", asdict(cfg))
+    from flower_apps.unlinkable_dfl.data import validate_data
+
+    validate_data(cfg)  # unusable data fails here, in seconds: no run folder, no message sent
+    out = open_run_folder(run_dir(cfg), cfg)
     t_start = time.perf_counter()
     plan = build_data_plan(data_key(cfg))
     c, h, _ = plan.image_shape
@@ -207,7 +203,7 @@ def _summary(cfg, name, plan, rounds, num_values, layout, byzantine, wall) -> di
     keys = ("completeness", "coverage", "cpu_s_per_node", "bytes_per_node", "meaningful_packets_per_node",
             "network_virtual_s", "round_virtual_s", "rtt_s_mean", "mixnet_cpu_s_per_node", "live_nodes")
     out = {
-        "config_hash": config_hash(asdict(cfg)), "run": name, "seed": cfg.seed, "num_nodes": cfg.num_nodes,
+        "config_hash": run_hash(cfg), "run": name, "seed": cfg.seed, "num_nodes": cfg.num_nodes,
         "num_rounds": cfg.num_rounds, "dataset": plan.name, "data_notes": plan.notes, "model": cfg.model,
         "transport": cfg.transport, "mode": cfg.mode, "encoding": cfg.encoding, "share_ratio": cfg.share_ratio,
         "aggregator": cfg.aggregator, "krum_budget": cfg.krum_budget, "alpha": cfg.alpha, "topology": cfg.topology,

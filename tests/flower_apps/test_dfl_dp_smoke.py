@@ -31,6 +31,7 @@ def test_smoke_sweep_through_flower_simulation_writes_results_and_resumes(tmp_pa
         assert (r / "class_counts.png").stat().st_size > 1000
         if summary["dp"]:
             assert summary["accounting"]["eps_total"] > 0
+            assert summary["noise_mode"] == "secure" and summary["noise_seed_file"] is None
             assert all(x["sigma_abs"] == pytest.approx(summary["sigma_abs_nominal"]) for x in rounds)
     nodp = read_json(next(r for r in runs if r.name.startswith("fl_nodp")) / "summary.json")
     # training did something: the No-DP model beats chance on the held-out test set
@@ -70,3 +71,27 @@ def test_smoke_preset_through_router_server_app(tmp_path):
     assert cfg["framework"] == "sequential-dfl" and cfg["num_clients"] == 10
     assert read_json(run / "summary.json")["final_acc"] > 0
     assert set(RUN_CONFIG_DEFAULTS) >= {"framework", "clip-norm", "eps-cal"}
+
+
+@pytest.mark.slow
+def test_dp_runs_repeat_bit_for_bit_only_with_a_local_noise_seed_file(tmp_path):
+    """Same run seed: secure noise differs between runs; a noise-seed-file makes two runs identical."""
+    from flower_apps.dfl_dp.server_app import server_main
+    from flower_apps.router import prepare
+    from flower_apps.runner import run_many_in_process
+
+    secret = tmp_path / "noise.seed"
+    secret.write_text("a local secret")
+    configs = [prepare({"preset": "smoke", "num-rounds": 1, "results-dir": str(tmp_path), "run-name": name,
+                        "noise-seed-file": str(secret) if seeded else ""})[1]
+               for name, seeded in (("seeded-a", True), ("seeded-b", True), ("secure-a", False), ("secure-b", False))]
+    run_many_in_process(configs, server_main, num_supernodes=2)
+    state = {}
+    for cfg in configs:
+        import torch
+
+        state[cfg.run_name] = torch.load(tmp_path / "dfl-dp" / "runs" / cfg.run_name / "final_model.pt")
+    same = lambda a, b: all(torch.equal(state[a][k], state[b][k]) for k in state[a])  # noqa: E731
+    assert same("seeded-a", "seeded-b")
+    assert not same("secure-a", "secure-b")
+    assert read_json(tmp_path / "dfl-dp" / "runs" / "seeded-a" / "summary.json")["noise_mode"] == "seeded"

@@ -16,8 +16,9 @@ from privacy.randomness import STREAM_MATCHED_PERTURBATION, STREAM_TABULAR_SERVE
 from strategies.cohorts import REJECTED_REPLY, check_replies
 from strategies.records import client_key, from_numpy, to_numpy
 from strategies.registry import build_strategy
-from strategies.tabular_dp import PersonalizedServerSideClipping, SeededServerSideFixedClipping
-from strategies.tabular_fedavg import ClientFedAvg
+from strategies.personalized_clipping import PersonalizedServerSideClipping
+from strategies.server_fixed_clipping import ServerSideFixedClipping
+from flower_apps.tabular_pdp.strategy import CohortFedAvg as ClientFedAvg
 
 SHAPE = (60, 50)  # 3,000 noise values: a reproduced draw would match to float precision
 RUN_CONFIG = {"seed": 7, "num-clients": 4, "num-rounds": 3, "eps-cal": 2.0, "clip-norm": 1.0, "delta-cal": 1e-5}
@@ -178,7 +179,7 @@ def test_tabular_reply_speaking_for_another_client_is_rejected(fake_grid_cls, se
     base = ClientFedAvg(clients, "tabular_pdp")
     rng = NoiseSource().numpy_generator(STREAM_TABULAR_SERVER, 7, 1)
     if setting == "gdp":
-        wrapper = SeededServerSideFixedClipping(base, 0.05, 8.5, len(clients), rng)
+        wrapper = ServerSideFixedClipping(base, 0.05, 8.5, rng)
     else:
         wrapper = PersonalizedServerSideClipping(base, 0.05, 8.5, {c: 0.12 for c in clients}, rng)
     grid = fake_grid_cls([11, 12, 13, 14], tab_handler(liar_node=13, claim=0))

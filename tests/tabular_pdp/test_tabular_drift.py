@@ -91,28 +91,34 @@ def test_poisoned_client_is_flagged_in_a_detection_run(tmp_path, fake_grid_cls, 
     assert s["settings"] == {} and (tmp_path / "tabular-pdp" / "runs" / s["run"] / "drift_heatmap.png").is_file()
 
 
-def test_drift_recheck_every_x_rounds_excludes_the_drifted_client(rng):
+def test_drift_recheck_every_x_rounds_excludes_the_drifted_client(rng, fake_grid_cls):
     from collections import OrderedDict
 
     from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 
-    from strategies.tabular_drift import DriftGuard
-    from strategies.tabular_fedavg import ClientFedAvg
+    from flower_apps.tabular_pdp.strategy import CohortFedAvg
+    from strategies.drift_guard import DriftGuard
 
-    def reply(cid, w):
-        out = Message(RecordDict({"config": ConfigRecord({"client-ids": [cid]})}), message_type="train.x",
-                      dst_node_id=1)
-        return Message(RecordDict({"arrays": ArrayRecord(OrderedDict({"w": Array(w.astype(np.float32))})),
-                                   "metrics": MetricRecord({"num-examples": 10, "train-loss": 0.0}),
-                                   "info": ConfigRecord({"client-id": cid})}), reply_to=out)
-
-    base = ClientFedAvg(list(range(6)), "x")
-    guard = DriftGuard(base, base, every=2, threshold=3.5)
     w = rng.normal(size=200)
     models = [w + rng.normal(scale=0.01, size=200) for _ in range(5)] + [w + 1.0]
-    agg1, _ = guard.aggregate_train(1, [reply(c, m) for c, m in enumerate(models)])  # round 1: not checked
+
+    def handler(node, msg):
+        cid = int(msg.content["config"]["client-ids"][0])
+        return Message(RecordDict({"arrays": ArrayRecord(OrderedDict({"w": Array(models[cid].astype(np.float32))})),
+                                   "metrics": MetricRecord({"num-examples": 10, "train-loss": 0.0}),
+                                   "info": ConfigRecord({"client-id": cid})}), reply_to=msg)
+
+    def one_round(rnd):
+        grid = fake_grid_cls(list(range(100, 106)), handler)
+        msgs = list(guard.configure_train(rnd, ArrayRecord(OrderedDict({"w": Array(w.astype(np.float32))})),
+                                          ConfigRecord(), grid))
+        return guard.aggregate_train(rnd, grid.send_and_receive(msgs))
+
+    base = CohortFedAvg(list(range(6)), "x")
+    guard = DriftGuard(base, base, every=2, threshold=3.5)
+    agg1, _ = one_round(1)  # round 1: not checked
     assert base.client_ids == list(range(6)) and 1 not in guard.reports
-    agg2, _ = guard.aggregate_train(2, [reply(c, m) for c, m in enumerate(models)])
+    agg2, _ = one_round(2)
     assert guard.reports[2].flagged == (5,) and base.client_ids == [0, 1, 2, 3, 4]
     assert base.contributors[2] == [0, 1, 2, 3, 4]
     assert np.allclose(agg2["w"].numpy(), np.mean(models[:5], axis=0), atol=1e-6)

@@ -7,7 +7,13 @@ import pytest
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 from flwr.serverapp.strategy import FedAdam
 
-from strategies.ultrasound_fl import build_ultrasound_strategy, client_node_map, client_of
+from flower_apps.ultrasound.strategy import build_ultrasound_strategy
+from strategies.cohorts import client_ids_of
+
+
+def client_of(config):
+    (cid,) = client_ids_of(config)
+    return cid
 
 ARRAYS = ArrayRecord({"w": Array(np.array([1.0, 2.0], np.float32)),
                       "bn.running_var": Array(np.array([1.0], np.float32))})
@@ -18,7 +24,8 @@ def _handler(node, msg):
     cid = client_of(msg.content["config"])
     w, rv, n = UPDATES[cid]
     arrays = ArrayRecord({"w": Array(w.astype(np.float32)), "bn.running_var": Array(np.array([rv], np.float32))})
-    return Message(RecordDict({"arrays": arrays, "metrics": MetricRecord({"num-examples": n, "client-id": cid})}),
+    return Message(RecordDict({"arrays": arrays, "metrics": MetricRecord({"num-examples": n, "client-id": cid,
+                                                                          "client-ids": [cid]})}),
                    reply_to=msg)
 
 
@@ -31,7 +38,7 @@ def _round(strategy, grid):
 def test_fixed_cohort_messages(fake_grid_cls, algorithm):
     grid = fake_grid_cls([12, 11, 13], _handler)  # one extra node beyond K = 2
     strategy = build_ultrasound_strategy(algorithm)
-    strategy.set_cohort(client_node_map(grid.get_node_ids(), 2), "ultrasound")
+    strategy.set_cohort(range(2), "ultrasound")
     msgs, replies = _round(strategy, grid)
     assert sorted(m.metadata.dst_node_id for m in msgs) == [11, 12]
     assert {m.metadata.message_type for m in msgs} == {"train.ultrasound"}
@@ -42,7 +49,7 @@ def test_fixed_cohort_messages(fake_grid_cls, algorithm):
     if algorithm == "fedprox":
         assert conf["proximal-mu"] == pytest.approx(0.01)
     arrays, _ = strategy.aggregate_train(1, replies)
-    assert {r["client-id"] for r in strategy.client_metrics[1]} == {0, 1}
+    assert {r["client-id"] for r in strategy.client_metrics[1].values()} == {0, 1}
     if algorithm != "fedadam":  # weighted mean: (10 * [2, 2] + 30 * [0, 4]) / 40
         np.testing.assert_allclose(arrays["w"].numpy(), [0.5, 3.5])
 
@@ -50,7 +57,7 @@ def test_fixed_cohort_messages(fake_grid_cls, algorithm):
 def test_fedadam_steps_parameters_but_averages_buffers(fake_grid_cls):
     grid = fake_grid_cls([11, 12], _handler)
     strategy = build_ultrasound_strategy("fedadam", server_lr=0.01, buffer_keys=["bn.running_var"])
-    strategy.set_cohort(client_node_map([11, 12], 2), "ultrasound")
+    strategy.set_cohort(range(2), "ultrasound")
     _, replies = _round(strategy, grid)
     arrays, _ = strategy.aggregate_train(1, replies)
     np.testing.assert_allclose(arrays["bn.running_var"].numpy(), [(10 * 0.5 + 30 * 0.1) / 40], rtol=1e-6)
@@ -67,34 +74,46 @@ def test_fedadam_steps_parameters_but_averages_buffers(fake_grid_cls):
 def test_a_failed_client_fails_the_round(fake_grid_cls):
     grid = fake_grid_cls([11, 12], _handler, fail_nodes={12})
     strategy = build_ultrasound_strategy("fedavg")
-    strategy.set_cohort(client_node_map([11, 12], 2), "ultrasound")
+    strategy.set_cohort(range(2), "ultrasound")
     _, replies = _round(strategy, grid)
-    with pytest.raises(RuntimeError, match="1/2 clients replied"):
+    with pytest.raises(RuntimeError, match="1/2 clients replied; client 1: error reply"):
         strategy.aggregate_train(1, replies)
 
 
 def test_fewer_nodes_than_clients_share_them_with_the_same_result(fake_grid_cls):
     """K = 2 logical clients on one SuperNode (a laptop's default local federation): two messages to that
     node, the same aggregate as with one node per client."""
-    assert client_node_map([9, 5], 3) == {0: 5, 1: 9, 2: 5}
-    with pytest.raises(RuntimeError, match="no SuperNodes"):
-        client_node_map([], 3)
     out = []
     for nodes in ([11, 12], [11]):
         grid = fake_grid_cls(nodes, _handler)
         strategy = build_ultrasound_strategy("fedavg")
-        strategy.set_cohort(client_node_map(nodes, 2), "ultrasound")
+        strategy.set_cohort(range(2), "ultrasound")
         msgs, replies = _round(strategy, grid)
         assert len(msgs) == 2 and {m.metadata.dst_node_id for m in msgs} == set(nodes)
         arrays, _ = strategy.aggregate_train(1, replies)
-        assert sorted(r["client-id"] for r in strategy.client_metrics[1]) == [0, 1]
+        assert sorted(r["client-id"] for r in strategy.client_metrics[1].values()) == [0, 1]
         out.append(arrays["w"].numpy())
     np.testing.assert_allclose(out[0], out[1])
 
 
 def test_clients_find_themselves_in_the_message():
-    assert client_of(ConfigRecord({"client-id": 3})) == 3
-    with pytest.raises(KeyError, match="client-id"):
+    assert client_of(ConfigRecord({"client-ids": [3]})) == 3
+    with pytest.raises(KeyError, match="client-ids"):
         client_of(ConfigRecord({}))
     with pytest.raises(ValueError, match="allowed"):
         build_ultrasound_strategy("scaffold")
+
+
+def test_a_reply_speaking_for_another_client_fails_the_round(fake_grid_cls):
+    def liar(node, msg):
+        reply = _handler(node, msg)
+        if node == 12:  # client 1's node says it is client 0
+            reply.content["metrics"]["client-ids"] = [0]
+        return reply
+
+    grid = fake_grid_cls([11, 12], liar)
+    strategy = build_ultrasound_strategy("fedavg")
+    strategy.set_cohort(range(2), "ultrasound")
+    _, replies = _round(strategy, grid)
+    with pytest.raises(RuntimeError, match="client 1: reply from node 12 rejected"):
+        strategy.aggregate_train(1, replies)

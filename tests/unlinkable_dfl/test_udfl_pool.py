@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from privacy.fragments import Fragment, FragmentLayout, encode, split
-from strategies.fragment_pool import AGGREGATORS, FragmentPool, frag_fedavg, frag_krum, krum_select
+from flower_apps.unlinkable_dfl.fragment_pool import AGGREGATORS, FragmentPool, frag_fedavg, frag_krum, krum_select
 
 
 def _encoded(vec, layout, round_=1, encoding="float32", rng=None):

@@ -1,0 +1,145 @@
+"""A minimal fifth study, built only from the shared pieces: FedAvg with matched perturbation.
+
+docs/architecture.md ("How to add a study") walks through it; tests/flower_apps/test_example_study.py
+registers it and runs it through the router and Flower's simulation, as ``flwr run`` would.
+IID clients of an image dataset, a softmax-regression model, FL with Algorithm 1's clipping and
+calibrated Gaussian noise (strategies.registry), central test accuracy per round.
+A built-in study splits the same parts over ``study.py``, ``config.py``, ``server_app.py`` and
+``client_app.py`` (see flower_apps.studies); one module is enough for a fixture.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+import torch
+from flwr.app import Context, Message, MetricRecord, RecordDict
+from flwr.serverapp import Grid
+
+from datasets.partition import partition
+from datasets.registry import DATASETS, load_dataset
+from flower_apps.common.local_training import evaluate, train_local
+from flower_apps.common.results import atomic_write_json, atomic_write_jsonl, run_hash
+from flower_apps.common.seeding import client_generator
+from flower_apps.common.torch_utils import record_to_state, state_to_record
+from flower_apps.config import COMMON_KEYS, SHARED_KEYS, Key, KeyTable, StudySpec
+from privacy.randomness import NoiseSource
+from strategies.cohorts import client_ids_of, config_record, wait_for_nodes
+from strategies.observer import RoundObserver
+from strategies.records import client_key
+from strategies.registry import build_strategy
+
+STUDY, ACTION = "example-minimal", "example_minimal"
+KEYS = KeyTable(STUDY, (
+    COMMON_KEYS["dataset"].refine(choices=DATASETS),
+    SHARED_KEYS["lr"], SHARED_KEYS["batch-size"], SHARED_KEYS["local-epochs"], SHARED_KEYS["clients-per-message"],
+    Key("ex-clip-norm", 1.0, float, gt=0, doc="C: L2 clipping norm of each client update (example study)"),
+    Key("ex-eps-cal", 4.0, float, gt=0, doc="epsilon that calibrates sigma_abs (example study)"),
+))
+PRESETS = {"paper": {}, "smoke": {"dataset": "mnist-5k", "num-clients": 4, "num-rounds": 2, "data-fraction": 0.2,
+                                  "clients-per-message": 2}}
+
+
+@dataclass(frozen=True)
+class ExampleConfig:
+    """One run's settings (filled key by key from the table above)."""
+
+    seed: int
+    dataset: str
+    data_dir: str
+    data_fraction: float
+    num_clients: int
+    num_rounds: int
+    lr: float
+    batch_size: int
+    local_epochs: int
+    clients_per_message: int
+    ex_clip_norm: float
+    ex_eps_cal: float
+    results_dir: str
+    round_timeout: float
+    noise_seed_file: str
+
+
+def build_config(c: dict) -> ExampleConfig:
+    """Single-key checks come from the table; this study has no cross-field rule."""
+    return KEYS.build(ExampleConfig, c)
+
+
+@lru_cache(maxsize=2)
+def client_data(cfg_json: str) -> tuple[list[tuple[torch.Tensor, torch.Tensor]], torch.Tensor, torch.Tensor]:
+    """Per-client (x, y) of an IID split of the training images, and the test set (cached per process)."""
+    cfg = ExampleConfig(**json.loads(cfg_json))
+    ds = load_dataset(cfg.dataset, cfg.data_dir or None)
+    keep = np.random.default_rng([cfg.seed, 1]).permutation(len(ds.y_train))[: int(len(ds.y_train) * cfg.data_fraction)]
+    x = torch.tensor(ds.x_train[keep], dtype=torch.float32).flatten(1) / 255.0
+    y = torch.tensor(ds.y_train[keep], dtype=torch.long)
+    n_test = max(1, len(y) // 5)  # the last fifth of the kept (shuffled) images is the server's test set
+    parts = partition("iid", y[:-n_test].numpy(), cfg.num_clients, cfg.seed)
+    return [(x[p], y[p]) for p in parts], x[-n_test:], y[-n_test:]
+
+
+def to_json(cfg: ExampleConfig) -> str:
+    return json.dumps(asdict(cfg), sort_keys=True)
+
+
+def model_for(cfg: ExampleConfig, x: torch.Tensor) -> torch.nn.Module:
+    torch.manual_seed(cfg.seed)
+    return torch.nn.Linear(x.shape[1], 10)
+
+
+def server_main(grid: Grid, cfg: ExampleConfig) -> dict:
+    """One run: validate data, train cfg.num_rounds FL rounds with matched perturbation, write results."""
+    parts, x_test, y_test = client_data(to_json(cfg))  # fails here, before any folder or message
+    out = Path(cfg.results_dir) / STUDY / f"s{cfg.seed}"
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(out / "config.json", asdict(cfg))
+    model = model_for(cfg, x_test)
+    wait_for_nodes(grid, 1)
+    strategy = build_strategy("fl", list(range(cfg.num_clients)), ACTION, cfg.clients_per_message, dp=True,
+                              clip_norm=cfg.ex_clip_norm, eps_cal=cfg.ex_eps_cal,
+                              noise=NoiseSource(cfg.noise_seed_file), stream=(cfg.seed,))
+    rounds: list[dict] = []
+
+    def keep_round(server_round: int, arrays, metrics: MetricRecord | None) -> None:
+        if arrays is not None:
+            model.load_state_dict(record_to_state(arrays))
+        acc, loss = evaluate(model, x_test, y_test)
+        rounds.append({"round": server_round, "test_acc": acc, "test_loss": loss,
+                       **{k.replace("-", "_"): v for k, v in (metrics or {}).items()}})
+        atomic_write_jsonl(out / "rounds.jsonl", rounds)
+
+    RoundObserver(strategy, on_result=keep_round).start(
+        grid, state_to_record(model), num_rounds=cfg.num_rounds, timeout=cfg.round_timeout,
+        train_config=config_record(asdict(cfg)))
+    summary = {"config_hash": run_hash(cfg), "final_acc": rounds[-1]["test_acc"], "rounds": len(rounds),
+               **strategy.noise.describe(), **strategy.clip_summary()}
+    atomic_write_json(out / "summary.json", summary)
+    return summary
+
+
+def train(msg: Message, context: Context) -> Message:
+    """Train each logical client the message names from the received model; reply one model each."""
+    conf = msg.content["config"]
+    cfg = ExampleConfig(**json.loads(str(conf["run-config"])))
+    parts, x_test, _ = client_data(to_json(cfg))
+    out, n_sum, loss_sum = RecordDict(), 0, 0.0
+    for cid in client_ids_of(conf):
+        model = model_for(cfg, x_test)
+        model.load_state_dict(record_to_state(msg.content["arrays"]))
+        x, y = parts[cid]
+        loss, n = train_local(model, x, y, lr=cfg.lr, momentum=0.0, weight_decay=0.0, batch_size=cfg.batch_size,
+                           epochs=cfg.local_epochs,
+                           generator=client_generator(cfg.seed, int(conf["server-round"]), cid))
+        out[client_key(cid)] = state_to_record(model)
+        n_sum, loss_sum = n_sum + n, loss_sum + loss * n
+    out["metrics"] = MetricRecord({"num-examples": n_sum, "train-loss": loss_sum / max(n_sum, 1),
+                                   "client-ids": client_ids_of(conf)})
+    return Message(out, reply_to=msg)
+
+
+SPEC = StudySpec(STUDY, ACTION, KEYS, PRESETS, build_config, server_main, train)

@@ -1,0 +1,62 @@
+"""tabular-pdp's aggregation: Flower's FedAvg (size-weighted) over the fixed cohort, pooled test errors.
+
+Training is FedAvg's own ``aggregate_train`` over one message per logical client
+(strategies.fixed_cohort), so the server-side DP wrappers compose with it. Evaluation goes
+through the same ``train.tabular_pdp`` handler with ``phase = evaluate`` (the router registers
+one action per study) and replies with error sums, pooled here over every test example.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+
+from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
+from flwr.serverapp import Grid
+from flwr.serverapp.strategy import FedAvg
+
+from strategies.cohorts import check_replies
+from strategies.fixed_cohort import FixedCohort
+
+log = logging.getLogger(__name__)
+
+
+class CohortFedAvg(FixedCohort, FedAvg):
+    """Size-weighted FedAvg over ``client_ids`` (full participation; :meth:`exclude` removes some)."""
+
+    def __init__(self, client_ids: list[int], action: str) -> None:
+        FedAvg.__init__(self, min_train_nodes=1, min_evaluate_nodes=1, min_available_nodes=1)
+        self.set_cohort(client_ids, action)
+        self.per_client_eval: dict[int, dict[str, float]] = {}
+        self._eval_sent: list[Message] = []
+
+    def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
+                        grid: Grid) -> Iterable[Message]:
+        config = ConfigRecord({**dict(config), "phase": "fit"})
+        return self.cohort_messages(server_round, arrays, config, grid)
+
+    def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
+                           grid: Grid) -> Iterable[Message]:
+        config = ConfigRecord({**dict(config), "phase": "evaluate"})
+        self._eval_sent = self.cohort_messages(server_round, arrays, config, grid, remember=False)
+        return self._eval_sent
+
+    def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
+        """Pooled MAE, MRE and RMSE over every test example of the replying clients."""
+        checked = check_replies(self._eval_sent, replies, self.array_claims)
+        for cid, why in sorted(checked.problem_of.items()):
+            log.warning("round %d: no evaluation from client %d: %s", server_round, cid, why)
+        if not checked.contributors:
+            return None
+        sums = {"abs-err-sum": 0.0, "rel-err-sum": 0.0, "sq-err-sum": 0.0, "num-examples": 0}
+        self.per_client_eval = {}
+        for cid in checked.contributors:
+            m = checked.reply_of[cid].content["metrics"]
+            n = int(m["num-examples"])
+            self.per_client_eval[cid] = {"mae": float(m["abs-err-sum"]) / n, "mre": float(m["rel-err-sum"]) / n,
+                                         "n": n}
+            for k in sums:
+                sums[k] += m[k]
+        n = sums["num-examples"]
+        return MetricRecord({"test-mae": sums["abs-err-sum"] / n, "test-mre": sums["rel-err-sum"] / n,
+                             "test-rmse": (sums["sq-err-sum"] / n) ** 0.5, "num-examples": n})

@@ -1,0 +1,57 @@
+"""Flower's built-in FedAvg, FedProx and FedAdam for the ultrasound study, over a fixed full cohort.
+
+The algorithms are Flower's (``flwr.serverapp.strategy``); strategies.fixed_cohort addresses the
+K logical clients (one message each; client k on the k-th node modulo the number of nodes, so K
+clients run on K SuperNodes as in the paper or share fewer). Full participation is the paper's
+protocol: a lost or rejected client fails the round loudly instead of shrinking the average.
+FedAdam averages buffers instead of Adam-stepping them (strategies.fedadam_buffers).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from flwr.app import ArrayRecord, Message, MetricRecord
+from flwr.serverapp.strategy import FedAvg, FedProx
+
+from strategies.fedadam_buffers import BufferAveragingFedAdam
+from strategies.fixed_cohort import FixedCohort
+
+
+class FullCohort(FixedCohort):
+    """A fixed cohort in which every client must contribute every round."""
+
+    def aggregate_train(self, server_round: int,
+                        replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        checked = self.checked_train(server_round, replies)
+        missing = sorted(set(self.client_ids) - set(checked.contributors))
+        if missing:
+            raise RuntimeError(f"round {server_round}: {len(checked.contributors)}/{len(self.client_ids)} clients "
+                               f"replied; client {missing[0]}: {checked.problem_of.get(missing[0], 'no reply')}")
+        return super(FixedCohort, self).aggregate_train(server_round, checked.valid_by_client())  # the algorithm's
+
+
+class UsFedAvg(FullCohort, FedAvg):
+    """FedAvg (McMahan et al. 2017) over the fixed cohort."""
+
+
+class UsFedProx(FullCohort, FedProx):
+    """FedProx (Li et al. 2020): Flower transports ``proximal-mu``; the client adds mu/2 ||w - w_t||^2."""
+
+
+class UsFedAdam(FullCohort, BufferAveragingFedAdam):
+    """FedAdam (Reddi et al. 2021) over the fixed cohort."""
+
+
+def build_ultrasound_strategy(algorithm: str, *, proximal_mu: float = 0.01, server_lr: float = 0.01,
+                              beta1: float = 0.9, beta2: float = 0.99, buffer_keys: Iterable[str] = ()) -> FedAvg:
+    """'fedavg' | 'fedprox' | 'fedadam' with the paper's settings; no federated evaluation round."""
+    common = {"fraction_train": 1.0, "fraction_evaluate": 0.0}
+    if algorithm == "fedavg":
+        return UsFedAvg(**common)
+    if algorithm == "fedprox":
+        return UsFedProx(**common, proximal_mu=proximal_mu)
+    if algorithm == "fedadam":
+        # eta_l is Flower's record of the client lr; the clients use their own Adam lr.
+        return UsFedAdam(**common, eta=server_lr, beta_1=beta1, beta_2=beta2, buffer_keys=buffer_keys)
+    raise ValueError(f"unknown algorithm {algorithm!r}; allowed: ['fedadam', 'fedavg', 'fedprox']")

@@ -1,0 +1,73 @@
+"""Central DP with fixed clipping, composed around any strategy (Flower's algorithm, fixed).
+
+Flower 1.42's ``DifferentialPrivacyServerSideFixedClipping`` (flwr/serverapp/strategy/
+dp_fixed_clipping.py) clips every reply's update w_i - w to norm C, lets the wrapped strategy
+aggregate, then adds N(0, sigma^2 I) with sigma = noise_multiplier * C / num_sampled_clients.
+This wrapper runs the same steps with Flower's own clipping and sigma functions
+(``flwr.supercore.differential_privacy``), and differs where Flower's class is unsafe:
+
+* noise from an explicit ``np.random.Generator`` (privacy.randomness: OS entropy by default,
+  so no client can reproduce it), not NumPy's global ``np.random.normal``;
+* sigma sized by m = the planned clients whose replies arrived valid this round
+  (strategies.cohorts.check_replies), not the configured cohort: a failed client raises the
+  noise, a reply speaking for other clients is rejected, and no participant can shrink sigma;
+* an error or rejected reply is dropped and the round goes on (Flower skips the whole round,
+  which would let one participant veto every release);
+* an unchanged model (zero update) is kept as it is (Flower divides by its norm).
+
+Threat model: the server is trusted; the noise hides each client's update from the other
+clients and from anyone who sees the released models. With equal weights the sensitivity of
+the mean is C / m; a size-weighted FedAvg gives client i weight p_i (accounting uses p_i C).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Iterable
+
+import numpy as np
+from flwr.app import ArrayRecord, Message, MetricRecord
+from flwr.supercore.differential_privacy import compute_clip_model_update, compute_stdv
+
+from privacy.mechanisms import gaussian_noise_like, global_l2_norm
+from strategies.records import from_numpy, to_numpy
+from strategies.wrapper import ClippingWrapper
+
+
+def clip_reply_update(reply: Message, current: OrderedDict[str, np.ndarray], clipping_norm: float,
+                      key: str = "arrays") -> float:
+    """Clip ``reply``'s update w_i - w to ``clipping_norm`` in place (Flower's math); returns its norm."""
+    w = to_numpy(reply.content[key])
+    params = [w[k] for k in current]
+    norm = global_l2_norm([p.astype(np.float64) - current[k] for p, k in zip(params, current)])
+    if norm > 0:  # a zero update needs no clipping (and Flower's division would fail)
+        compute_clip_model_update(params, list(current.values()), clipping_norm)
+    reply.content[key] = from_numpy(OrderedDict(zip(current, params)))
+    return norm
+
+
+class ServerSideFixedClipping(ClippingWrapper):
+    """Clip each update to ``clipping_norm``, delegate aggregation, add N(0, (z C / m)^2 I).
+
+    ``rounds`` records, per round, sigma, the cohort size m, rejections and the update norms.
+    """
+
+    def aggregate_train(self, server_round: int,
+                        replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        checked = self.check(server_round, replies)
+        ok = checked.valid_by_client()
+        current = to_numpy(self.current_arrays)
+        norms = {c: clip_reply_update(checked.reply_of[c], current, self.clipping_norm)
+                 for c in checked.contributors}
+        m = len(checked.contributors)
+        info = {"m": m, "rejected": len(checked.rejected), "update_norms": norms,
+                "clipped": sum(v > self.clipping_norm for v in norms.values())}
+        self.rounds[server_round] = info
+        arrays, metrics = self.strategy.aggregate_train(server_round, ok)
+        if arrays is None or m == 0:
+            return None, metrics
+        sigma = compute_stdv(self.noise_multiplier, self.clipping_norm, m)
+        agg = to_numpy(arrays)
+        noise = gaussian_noise_like(list(agg.values()), sigma, self.rng)
+        info["sigma"] = sigma
+        return from_numpy(OrderedDict((k, v + z) for (k, v), z in zip(agg.items(), noise))), metrics
