@@ -32,8 +32,12 @@ import warnings
 from dataclasses import asdict, dataclass
 
 import dp_accounting
-from opacus.accountants.analysis import gdp as opacus_gdp
-from opacus.accountants.analysis import rdp as opacus_rdp
+from privacy.opacus_import import import_opacus
+
+import_opacus()  # before any opacus import: no root log handler (see privacy/opacus_import.py)
+
+from opacus.accountants.analysis import gdp as opacus_gdp  # noqa: E402
+from opacus.accountants.analysis import rdp as opacus_rdp  # noqa: E402
 
 from privacy.mechanisms import calibrate_sigma_abs, sensitivity
 

@@ -13,6 +13,11 @@ its functions is replaced (tests/privacy/test_privacy_dpsgd_scoping.py). A model
 samplers when it is made private by :func:`make_private` (``fast_samplers=True``, the default).
 """
 
+from privacy.opacus_import import import_opacus
+
+import_opacus()  # before any opacus import: no root log handler (see privacy/opacus_import.py)
+
+# ruff: noqa: E402  (the imports below must follow import_opacus())
 from privacy.dpsgd.compat import (DpVisionTransformer, ModelChange, PrefixTokenPosEmbed, make_opacus_compatible,
                                   replace_batchnorm_act)
 from privacy.dpsgd.engine import GRAD_SAMPLE_MODES, PrivateTraining, ghost_clipping_backward, make_private, unwrap
