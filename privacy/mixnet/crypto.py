@@ -1,10 +1,15 @@
-"""Thin wrappers over ``cryptography`` primitives used by the Sphinx format.
+"""Thin wrappers over ``cryptography`` and libsodium primitives used by the Sphinx format.
 
-Nothing here is a home-made primitive: X25519, HKDF-SHA256, HMAC-SHA256 and
-ChaCha20 all come from ``cryptography`` (OpenSSL). LIONESS (Anderson & Biham,
-1996) is the standard composition of a stream cipher and a keyed hash into a
-wide-block cipher; we instantiate it with ChaCha20 and HMAC-SHA256, as
-Katzenpost does with ChaCha20 + BLAKE2b.
+Nothing here is a home-made primitive: HKDF-SHA256, HMAC-SHA256 and ChaCha20
+come from ``cryptography`` (OpenSSL), node keys are ``cryptography`` X25519
+objects, and the per-packet X25519 scalar multiplications are libsodium's
+(through PyNaCl): ``cryptography`` has no raw scalar multiplication, and
+loading a per-packet blinding factor as an ``X25519PrivateKey`` makes OpenSSL
+derive its public key, one wasted multiplication per hop. Both implement RFC
+7748 X25519 (same clamping), so the bytes are the same (pinned by a test).
+LIONESS (Anderson & Biham, 1996) is the standard composition of a stream
+cipher and a keyed hash into a wide-block cipher; we instantiate it with
+ChaCha20 and HMAC-SHA256, as Katzenpost does with ChaCha20 + BLAKE2b.
 """
 
 from __future__ import annotations
@@ -18,6 +23,8 @@ from cryptography.hazmat.primitives import hashes, hmac
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF, HKDFExpand
+from nacl.bindings import crypto_scalarmult, crypto_scalarmult_base
+from nacl.exceptions import RuntimeError as SodiumRuntimeError
 
 from .constants import (
     BLINDING_FACTOR_SIZE,
@@ -39,6 +46,9 @@ from .errors import InvalidHeader, InvalidPeerKey
 
 #: Field prime of Curve25519; canonical u-coordinates are < P.
 CURVE25519_P: int = 2**255 - 19
+#: Order of Curve25519's prime-order subgroup (RFC 7748, Sec. 4.1); the curve has 8 L points.
+CURVE25519_L: int = 2**252 + 27742317777372353535851937790883648493
+_INV8_MOD_L = pow(8, -1, CURVE25519_L)
 _ZERO_NONCE = bytes(STREAM_NONCE_SIZE)
 _SHA256 = hashes.SHA256()
 
@@ -99,32 +109,67 @@ def public_bytes(key: X25519PrivateKey | X25519PublicKey) -> bytes:
     return pub.public_bytes_raw()
 
 
-def load_point(u: bytes) -> X25519PublicKey:
-    """Parse a group element, rejecting non-canonical encodings.
+def check_point(u: bytes) -> bytes:
+    """Check a received group element; returns ``u`` itself.
 
     RFC 7748 decoding ignores bit 255 and reduces mod p, so two encodings can
     name one point; accepting both would let a flipped bit pass unnoticed.
+    Low-order points are caught by :func:`scalarmult` (all-zero result).
     """
     if len(u) != GROUP_ELEMENT_SIZE:
         raise InvalidHeader(f"group element must be {GROUP_ELEMENT_SIZE} bytes, got {len(u)}")
     if int.from_bytes(u, "little") >= CURVE25519_P:
         raise InvalidHeader("non-canonical group element")
-    return X25519PublicKey.from_public_bytes(u)
+    return u
 
 
-def exchange(private: X25519PrivateKey, point: X25519PublicKey) -> bytes:
-    """``clamp(private) * point``; a low-order point is an invalid header."""
+def scalarmult(scalar: bytes, point: bytes) -> bytes:
+    """X25519(scalar, point) = ``clamp(scalar) * point`` on raw 32-byte strings (RFC 7748).
+
+    The same function as ``X25519PrivateKey.from_private_bytes(scalar).exchange(point)``,
+    one scalar multiplication instead of two. A low-order point (all-zero
+    result, refused by libsodium) is an invalid header.
+    """
     try:
-        return private.exchange(point)
-    except ValueError as exc:  # OpenSSL refuses an all-zero shared secret
+        return crypto_scalarmult(scalar, point)
+    except SodiumRuntimeError as exc:
         raise InvalidHeader("low-order group element") from exc
+
+
+def scalarmult_base(scalar: bytes) -> bytes:
+    """X25519(scalar, 9): the public key of ``scalar``, by libsodium's fixed-base tables."""
+    return crypto_scalarmult_base(scalar)
+
+
+def clamped_scalar(scalar: bytes) -> int:
+    """The integer X25519 multiplies by (RFC 7748 ``decodeScalar25519``)."""
+    return (int.from_bytes(scalar, "little") & (2**255 - 8)) | 2**254
+
+
+def scalar_for_x25519(n: int) -> bytes | None:
+    """Bytes ``s`` with ``X25519(s, P) == u(n P)`` for every point ``P`` of the curve, or None.
+
+    Lets the sender multiply by a product of clamped scalars (the Sphinx
+    paper's ``x b_0 ... b_{i-1}``) through X25519, which clamps: it multiplies
+    by ``8 t`` with ``t`` in ``[2^251, 2^252)``. A multiple of 8 removes ``P``'s
+    small-order component and ``u(nP) = u(-nP)``, so ``t = +-n / 8 mod L`` works
+    when one of the two is in range: for all ``n`` but a fraction ~2^-126, where
+    this returns None and the caller blinds step by step. (Not for points of the
+    twist: no key made as ``y G`` is one.)
+    """
+    t = n * _INV8_MOD_L % CURVE25519_L
+    if not 2**251 <= t < 2**252:
+        t = CURVE25519_L - t
+        if not 2**251 <= t < 2**252:
+            return None
+    return (8 * t).to_bytes(SCALAR_SIZE, "little")
 
 
 def validate_public_key(raw: bytes) -> bytes:
     """Check a peer's announced X25519 public key before it enters any peer view.
 
     Rejects a wrong length, a non-canonical encoding (u >= p, as
-    :func:`load_point`), and any low-order point (the all-zero key, 1, p - 1,
+    :func:`check_point`), and any low-order point (the all-zero key, 1, p - 1,
     the two order-8 points of libsodium's blocklist): with such a key every
     shared secret is all zeros (RFC 7748, Sec. 6.1), so a packet routed through
     it cannot be built. The exchange with a throwaway scalar catches them all,

@@ -5,8 +5,9 @@ Mix Format" (S&P 2009) over X25519:
 
 * ``alpha_0 = x G``; hop ``i`` shares ``s_i = y_i alpha_i`` with the sender and
   blinds ``alpha_{i+1} = b_i alpha_i`` with ``b_i`` derived from ``(alpha_i, s_i)``.
-  X25519 clamps every scalar, and scalar multiplication commutes, so the sender
-  reaches the same ``s_i`` as ``b_{i-1} ... b_0 x Y_i`` by successive exchanges.
+  Scalar multiplication commutes, so the sender reaches the same ``s_i`` as
+  ``(x b_0 ... b_{i-1} mod L) Y_i`` and ``alpha_i`` as that scalar times ``G``
+  (X25519 clamps; see :func:`~privacy.mixnet.crypto.scalar_for_x25519`).
 * ``beta`` holds ``r`` fixed-size routing blocks encrypted with ChaCha20 under
   ``h_rho(s_i)``; the filler keeps its length constant after each peel.
 * ``gamma = HMAC(h_mu(s_i), alpha_i || beta_i)`` (covering alpha too is a
@@ -37,16 +38,18 @@ from .constants import (
     PacketFormat,
 )
 from .crypto import (
+    CURVE25519_L,
     HopKeys,
     RandomSource,
+    check_point,
+    clamped_scalar,
     derive_hop_keys,
-    exchange,
     keystream,
-    load_point,
     mac,
     mac_equal,
-    private_key_from_bytes,
-    public_bytes,
+    scalar_for_x25519,
+    scalarmult,
+    scalarmult_base,
     stream_xor,
     xor_bytes,
 )
@@ -94,23 +97,41 @@ class ProcessedHeader:
     identifier: bytes = b""
 
 
-def _shared_secrets(
-    fmt: PacketFormat, route: Sequence[Hop], rng: RandomSource
-) -> tuple[list[bytes], list[HopKeys]]:
-    """Per-hop alphas and keys for ``route``, as the sender computes them."""
-    x = private_key_from_bytes(rng.random_bytes(SCALAR_SIZE))
-    alphas = [public_bytes(x)]
+def _shared_secrets(route: Sequence[Hop], x: bytes) -> tuple[list[bytes], list[HopKeys]]:
+    """Per-hop alphas and keys for ``route`` from the sender's ephemeral scalar ``x``.
+
+    Sphinx Sec. 3.2: ``alpha_i = c_i G`` and ``s_i = c_i Y_i`` with
+    ``c_i = x b_0 ... b_{i-1} mod L``, two scalar multiplications per hop (one
+    of them fixed-base) instead of blinding every later point at every hop.
+    Same bytes as :func:`_shared_secrets_sequential` for every public key on
+    the curve (tested).
+    """
+    alphas = [scalarmult_base(x)]
+    keys = [derive_hop_keys(scalarmult(x, route[0].public_key.public_bytes_raw()), alphas[0])]
+    c = clamped_scalar(x)
+    for hop in route[1:]:
+        c = c * clamped_scalar(keys[-1].blinding) % CURVE25519_L
+        scalar = scalar_for_x25519(c)
+        if scalar is None:  # probability ~2^-126 per hop
+            return _shared_secrets_sequential(route, x)
+        alphas.append(scalarmult_base(scalar))
+        keys.append(derive_hop_keys(scalarmult(scalar, hop.public_key.public_bytes_raw()), alphas[-1]))
+    return alphas, keys
+
+
+def _shared_secrets_sequential(route: Sequence[Hop], x: bytes) -> tuple[list[bytes], list[HopKeys]]:
+    """:func:`_shared_secrets` by successive blindings, as relays do: nu(nu+1)/2 + 2nu - 2 multiplications."""
+    alphas = [scalarmult_base(x)]
     # points[j] walks from x*Y_j to b_{j-1}...b_0 x Y_j = s_j, one blinding at a time.
-    points = [exchange(x, hop.public_key) for hop in route]
+    points = [scalarmult(x, hop.public_key.public_bytes_raw()) for hop in route]
     keys: list[HopKeys] = []
     for i in range(len(route)):
         hop_keys = derive_hop_keys(points[i], alphas[i])
         keys.append(hop_keys)
         if i + 1 < len(route):
-            blind = X25519PrivateKey.from_private_bytes(hop_keys.blinding)
-            alphas.append(exchange(blind, X25519PublicKey.from_public_bytes(alphas[i])))
+            alphas.append(scalarmult(hop_keys.blinding, alphas[i]))
             for j in range(i + 1, len(route)):
-                points[j] = exchange(blind, X25519PublicKey.from_public_bytes(points[j]))
+                points[j] = scalarmult(hop_keys.blinding, points[j])
     return alphas, keys
 
 
@@ -143,7 +164,7 @@ def build_header(
         raise ValueError(f"delays must have len(route) - 1 = {nu - 1} values, got {len(delays)}")
     if len(identifier) != IDENTIFIER_SIZE:
         raise ValueError(f"identifier must be {IDENTIFIER_SIZE} bytes, got {len(identifier)}")
-    alphas, keys = _shared_secrets(fmt, route, rng)
+    alphas, keys = _shared_secrets(route, rng.random_bytes(SCALAR_SIZE))
     streams = [keystream(k.stream_key, fmt.stream_size) for k in keys]
 
     # Filler (Sphinx Sec. 3.2): phi_i = (phi_{i-1} || 0^c) XOR rho_{i-1}[(r-i+1)c : (r+1)c].
@@ -188,8 +209,7 @@ def process_header(fmt: PacketFormat, private_key: X25519PrivateKey, header: byt
     alpha = header[:GROUP_ELEMENT_SIZE]
     beta = header[GROUP_ELEMENT_SIZE : GROUP_ELEMENT_SIZE + fmt.beta_size]
     gamma = header[GROUP_ELEMENT_SIZE + fmt.beta_size :]
-    alpha_point = load_point(alpha)
-    keys = derive_hop_keys(exchange(private_key, alpha_point), alpha)
+    keys = derive_hop_keys(scalarmult(private_key.private_bytes_raw(), check_point(alpha)), alpha)
     if not mac_equal(mac(keys.mac_key, alpha, beta), gamma):
         raise InvalidHeader("header MAC mismatch")
     plain = stream_xor(keys.stream_key, beta + bytes(c))
@@ -204,9 +224,7 @@ def process_header(fmt: PacketFormat, private_key: X25519PrivateKey, header: byt
     (delay_ns,) = struct.unpack(">Q", plain[pos : pos + DELAY_SIZE])
     pos += DELAY_SIZE
     next_gamma = plain[pos : pos + MAC_SIZE]
-    blind = X25519PrivateKey.from_private_bytes(keys.blinding)
-    next_alpha = exchange(blind, alpha_point)
-    next_header = next_alpha + plain[c:] + next_gamma
+    next_header = scalarmult(keys.blinding, alpha) + plain[c:] + next_gamma
     return ProcessedHeader(
         keys, False, next_hop=next_hop, delay=delay_ns * DELAY_UNIT_S, header=next_header
     )
