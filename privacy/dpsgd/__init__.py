@@ -5,7 +5,8 @@
   convs, timm ``GroupNormAct``, the ViT token leaf), as plain functions and read-only tables.
 * :mod:`~privacy.dpsgd.grad_sample` -- GradSampleModule subclasses that use those samplers for the
   model they wrap, and only for it.
-* :mod:`~privacy.dpsgd.engine` -- :func:`make_private` (the wiring), two-pass ghost clipping.
+* :mod:`~privacy.dpsgd.book_keeping` -- ghost clipping's clipped gradient sum from its one backward pass.
+* :mod:`~privacy.dpsgd.engine` -- :func:`make_private` (the wiring), ghost clipping, the copy-free DP optimizer.
 * :mod:`~privacy.dpsgd.ledger` -- recording DP-SGD steps; epsilon from dp-accounting.
 
 Importing this package changes nothing in Opacus: no sampler is registered with Opacus and none of

@@ -22,9 +22,10 @@ from opacus.grad_sample.functorch import ft_compute_per_sample_gradient
 from opacus.grad_sample.grad_sample_module import promote_current_grad_sample
 from opacus.grad_sample.grad_sample_module_fast_gradient_clipping import create_norm_sample
 from opacus.grad_sample.gsm_base import AbstractGradSampleModule
-from opacus.utils.module_utils import trainable_parameters
+from opacus.utils.module_utils import trainable_modules, trainable_parameters
 from torch import nn
 
+from privacy.dpsgd.book_keeping import BOOK_SAMPLERS, ClippedSum, contract_grad_samples
 from privacy.dpsgd.samplers import FAST_GRAD_SAMPLERS, FAST_NORM_SAMPLERS
 
 
@@ -91,22 +92,62 @@ class FastGradSampleModule(GradSampleModule):
 
 
 class FastGhostClippingModule(GradSampleModuleFastGradientClipping):
-    """Opacus' ``GradSampleModuleFastGradientClipping`` (mode "ghost") with the fast samplers for this model."""
+    """Opacus' ``GradSampleModuleFastGradientClipping`` (mode "ghost") with the fast samplers for this model.
+
+    Between :meth:`start_book_keeping` and :meth:`add_clipped_grads` (what
+    :func:`privacy.dpsgd.engine.ghost_clipping_backward` does) the hooks also keep, per layer, what
+    :mod:`privacy.dpsgd.book_keeping` needs to form the clipped gradient sum without a second backward pass.
+    """
 
     GRAD_SAMPLERS = ChainMap(FAST_GRAD_SAMPLERS, GradSampleModuleFastGradientClipping.GRAD_SAMPLERS)
     NORM_SAMPLERS = ChainMap(FAST_NORM_SAMPLERS, GradSampleModuleFastGradientClipping.NORM_SAMPLERS)
+    BOOK_SAMPLERS = BOOK_SAMPLERS
+
+    _book: list[ClippedSum] | None = None
+
+    def book_keeping_supported(self) -> bool:
+        """True when every trainable layer has a book sampler or materializes its per-sample gradients."""
+        return self.use_ghost_clipping and all(
+            type(m) in self.BOOK_SAMPLERS or type(m) not in self.NORM_SAMPLERS
+            for _, m in trainable_modules(self._module))
+
+    def start_book_keeping(self) -> None:
+        """Keep each layer's clipped-sum function during the next backward pass (:mod:`~privacy.dpsgd.book_keeping`)."""
+        if not self.book_keeping_supported():
+            raise ValueError("book keeping needs a book sampler for every layer with a norm sampler")
+        self._book = []
+
+    def add_clipped_grads(self, coef: torch.Tensor) -> None:
+        """p.grad += sum_i coef_i grad_i L_i for every trainable parameter, from what the last backward pass kept."""
+        book, self._book = self._book, None
+        if book is None:
+            raise RuntimeError("add_clipped_grads without start_book_keeping and a backward pass")
+        for clipped_sum in book:
+            for p, g in clipped_sum(coef).items():
+                if p.grad is None:
+                    p.grad = g.view_as(p)
+                else:
+                    p.grad.add_(g.view_as(p))
 
     def capture_backprops_hook(self, module: nn.Module, _forward_input: torch.Tensor, forward_output: torch.Tensor,
                                loss_reduction: str, batch_first: bool) -> None:
         """Opacus 1.6's ``GradSampleHooksFastGradientClipping.capture_backprops_hook``, storing with
-        :func:`store_grad_sample`."""
+        :func:`store_grad_sample`, and keeping the clipped-sum functions while book keeping."""
         if not self.hooks_enabled:
             return
         activations, backprops = self.rearrange_grad_samples(
             module=module, backprops=forward_output[0].detach(), loss_reduction=loss_reduction,
             batch_first=batch_first)
         activations = [t.to_local() if type(t) is torch.distributed.tensor.DTensor else t for t in activations]
-        if self.use_ghost_clipping and type(module) in self.NORM_SAMPLERS:
+        book = self._book
+        if book is not None and self.use_ghost_clipping and type(module) in self.BOOK_SAMPLERS:
+            norms, clipped_sum = self.BOOK_SAMPLERS[type(module)](module, activations, backprops)
+            for param, ns in norms.items():
+                if param.requires_grad:
+                    param._norm_sample = ns
+                    param._forward_counter -= 1
+            book.append(clipped_sum)
+        elif self.use_ghost_clipping and type(module) in self.NORM_SAMPLERS:
             for param, ns in self.NORM_SAMPLERS[type(module)](module, activations, backprops).items():
                 if param.requires_grad:
                     param._norm_sample = ns
@@ -123,6 +164,8 @@ class FastGhostClippingModule(GradSampleModuleFastGradientClipping):
                 if p._forward_counter == 0:
                     promote_current_grad_sample(p)
                     create_norm_sample(param=p, grad_sample=p.grad_sample, max_batch_len=module.max_batch_len)
+                    if book is not None:  # the per-sample gradients exist: the clipped sum contracts them
+                        book.append(contract_grad_samples({p: p.grad_sample}))
                     p.grad_sample = None
         if len(module.activations) == 0 and hasattr(module, "max_batch_len"):
             del module.max_batch_len

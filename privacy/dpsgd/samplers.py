@@ -3,8 +3,9 @@
 Opacus' conv sampler forms the full (C_out x C_in k^2) product per sample and keeps its block
 diagonal, which for a depthwise conv (groups = C) is C times the work; :func:`conv2d_grad_sample`
 contracts per group (depthwise: one grouped convolution of the inputs with the output gradients as
-kernels; 1x1: a batched matmul). timm's ``GroupNormAct`` is not in Opacus' registry, so Opacus falls
-back to functorch for each of them; :func:`group_norm_act_grad_sample` recomputes the normalization,
+kernels; 1x1: a batched matmul). timm's ``GroupNormAct`` and ``LayerNorm`` are not in Opacus' registry
+(it looks up exact types), so Opacus falls back to functorch for each of them; :func:`layer_norm_grad_sample`
+applies the LayerNorm formula; :func:`group_norm_act_grad_sample` recomputes the normalization,
 maps the output gradient through the activation (vjp) and applies Opacus' GroupNorm formula. Ghost
 clipping gets per-sample *norm* samplers for both (convs in Gram form where that is cheaper).
 
@@ -22,6 +23,7 @@ from types import MappingProxyType
 import torch
 import torch.nn.functional as F
 from timm.layers import GroupNormAct
+from timm.layers import LayerNorm as TimmLayerNorm
 from torch import nn
 
 from privacy.dpsgd.compat import PrefixTokenPosEmbed
@@ -32,10 +34,15 @@ Sampler = Callable[[nn.Module, list[torch.Tensor], torch.Tensor], dict[nn.Parame
 def conv2d_grad_sample(layer: nn.Conv2d, activations: list[torch.Tensor],
                        backprops: torch.Tensor) -> dict[nn.Parameter, torch.Tensor]:
     """Per-sample conv gradients contracted per group (grouped / depthwise convs, and 1x1 convs without
-    an unfold copy); Opacus' own sampler for anything else."""
+    an unfold copy); functorch for non-zero padding modes (Opacus' sampler pads with zeros); Opacus' own
+    sampler for anything else."""
     from opacus.grad_sample.conv import compute_conv_grad_sample
     from opacus.utils.tensor_utils import unfold2d
 
+    if layer.padding_mode != "zeros":  # Opacus' sampler would unfold with zero padding: per-sample vjp instead
+        from opacus.grad_sample.functorch import ft_compute_per_sample_gradient
+
+        return ft_compute_per_sample_gradient(layer, activations, backprops)
     x = activations[0]
     n, g = x.shape[0], layer.groups
     pointwise = (layer.kernel_size == (1, 1) and layer.stride == (1, 1) and layer.padding in ((0, 0), "valid")
@@ -78,10 +85,10 @@ def _act_grad(act: nn.Module, z: torch.Tensor, grad_y: torch.Tensor) -> torch.Te
     """dL/dz from dL/dy for y = act(z): closed forms for the common activations, vjp otherwise."""
     if isinstance(act, nn.Identity):
         return grad_y
-    if type(act) is nn.ReLU:
-        return grad_y * (z > 0)
+    if type(act) is nn.ReLU:  # one fused kernel each: grad_y where z > 0 (0 < z < 6), else 0
+        return torch.ops.aten.threshold_backward(grad_y, z, 0)
     if type(act) is nn.ReLU6:
-        return grad_y * ((z > 0) & (z < 6))
+        return torch.ops.aten.hardtanh_backward(grad_y, z, 0.0, 6.0)
     with torch.enable_grad():
         _, vjp = torch.func.vjp(act, z.detach())
         return vjp(grad_y)[0]
@@ -111,6 +118,22 @@ def group_norm_act_grad_sample(layer: GroupNormAct, activations: list[torch.Tens
     return ret
 
 
+def layer_norm_grad_sample(layer: nn.LayerNorm, activations: list[torch.Tensor],
+                           backprops: torch.Tensor) -> dict[nn.Parameter, torch.Tensor]:
+    """timm's ``LayerNorm`` (an ``nn.LayerNorm`` subclass computing the same ``F.layer_norm``; Opacus looks
+    samplers up by exact type and fell back to functorch for it): per sample, sum over positions of
+    x_hat * g (weight) and g (bias)."""
+    x = activations[0].to(backprops.dtype)
+    n, shape = x.shape[0], tuple(layer.normalized_shape)
+    ret: dict[nn.Parameter, torch.Tensor] = {}
+    if layer.weight is not None and layer.weight.requires_grad:
+        x_hat = F.layer_norm(x, shape, eps=layer.eps)
+        ret[layer.weight] = (x_hat * backprops).reshape(n, -1, *shape).sum(1)
+    if layer.bias is not None and layer.bias.requires_grad:
+        ret[layer.bias] = backprops.reshape(n, -1, *shape).sum(1)
+    return ret
+
+
 def token_embed_grad_sample(layer: PrefixTokenPosEmbed, activations: list[torch.Tensor],
                             backprops: torch.Tensor) -> dict[nn.Parameter, torch.Tensor]:
     """y = cat([cls, x]) + pos: dL/dpos per sample is the output gradient, dL/dcls its first token."""
@@ -131,7 +154,8 @@ def conv2d_norm_sample(layer: nn.Conv2d, activations: list[torch.Tensor],
     n = x.shape[0]
     length = backprops[0, 0].numel()
     o, p = layer.out_channels, layer.in_channels * layer.kernel_size[0] * layer.kernel_size[1]
-    if layer.groups != 1 or n == 0 or isinstance(layer.padding, str) or length * (o + p) >= o * p:
+    if (layer.groups != 1 or n == 0 or isinstance(layer.padding, str) or layer.padding_mode != "zeros"
+            or length * (o + p) >= o * p):
         return _norms(conv2d_grad_sample(layer, activations, backprops), n)
     from opacus.utils.tensor_utils import unfold2d
 
@@ -172,6 +196,7 @@ def token_embed_norm_sample(layer: PrefixTokenPosEmbed, activations: list[torch.
 FAST_GRAD_SAMPLERS: Mapping[type[nn.Module], Sampler] = MappingProxyType({
     nn.Conv2d: conv2d_grad_sample,
     GroupNormAct: group_norm_act_grad_sample,
+    TimmLayerNorm: layer_norm_grad_sample,
     PrefixTokenPosEmbed: token_embed_grad_sample,
 })
 FAST_NORM_SAMPLERS: Mapping[type[nn.Module], Sampler] = MappingProxyType({
