@@ -62,7 +62,7 @@ def test_in_a_fresh_process_with_opacus_imported_a_line_is_printed_once():
     import subprocess
     import sys
 
-    code = ("import logging, privacy.dpsgd\n"  # imports opacus, whose module_utils calls logging.basicConfig
+    code = ("import logging, opacus, privacy.dpsgd\n"  # plain opacus import: its module_utils calls basicConfig
             "from flower_apps.common.logs import flower_logs_once\n"
             "log = logging.getLogger('flwr')\n"
             "log.info('line A')\n"

@@ -1,0 +1,237 @@
+"""Every benchmark at a quick setting, one table: metric, value, same-run reference, ratio, target, met.
+
+    python -m benchmarks                                # print the table (~3-5 min on 2 cores)
+    python -m benchmarks --only dfl-dp-round sphinx     # a subset (--list names them)
+    python -m benchmarks --markdown                     # Markdown, headed by the machine it ran on
+    python -m benchmarks --markdown --write-readme      # ... and regenerate README.md's block
+
+``--write-readme`` replaces what lies between ``<!-- benchmarks:start -->`` and
+``<!-- benchmarks:end -->`` in README.md (atomically). A benchmark that cannot run here (a harness
+missing or failing) gives one row saying so instead of stopping the others; the exit status is 1
+when that happened, 0 otherwise (a target not met is a result, not an error).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib
+import os
+import platform
+import sys
+import time
+from collections.abc import Callable
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from registry import Registry  # noqa: E402
+
+START, END = "<!-- benchmarks:start -->", "<!-- benchmarks:end -->"
+FIELDS = ("metric", "value", "reference", "ratio", "target", "met")
+BENCHMARKS: Registry[Callable[[], list[dict]]] = Registry("benchmark")
+
+
+# --- rows ---------------------------------------------------------------------------------------
+
+def skipped_row(name: str, reason: str) -> dict:
+    """The one row of a benchmark that could not run here."""
+    return {"metric": f"{name}: not run ({reason})", "value": None, "reference": None, "ratio": None,
+            "target": None, "met": None}
+
+
+def check_rows(name: str, rows: list[dict]) -> list[dict]:
+    """Refuse a harness's rows that lack a field; fill in the ratio and how to read the target."""
+    if not isinstance(rows, list) or not rows:
+        raise ValueError(f"benchmark {name!r} returned no rows, expected a list of dicts with {FIELDS}")
+    out = []
+    for r in rows:
+        missing = [f for f in FIELDS if f not in r]
+        if missing:
+            raise ValueError(f"benchmark {name!r} row {r.get('metric', r)!r} lacks {missing}")
+        r = {"target_on": "ratio", "op": "<=", **r}
+        if r["ratio"] is None and r["value"] is not None and r["reference"]:
+            r["ratio"] = r["value"] / r["reference"]
+        out.append(r)
+    return out
+
+
+def _target_read_from_met(rows: list[dict]) -> list[dict]:
+    """For harnesses whose targets are on the value: say so, with the direction ``met`` implies."""
+    for r in rows:
+        if r["target"] is not None and r["met"] is not None and r["value"] is not None:
+            r["target_on"] = "value"
+            r["op"] = "<=" if (r["value"] <= r["target"]) == bool(r["met"]) else ">="
+    return rows
+
+
+# --- the registry -------------------------------------------------------------------------------
+
+def _harness(module: str, func: str = "measure"):
+    """``benchmarks.<module>.<func>``, or None with the reason when it is not there."""
+    try:
+        mod = importlib.import_module(f"benchmarks.{module}")
+    except Exception as ex:  # noqa: BLE001 - any import failure means "cannot run here", said in the row
+        return None, f"import failed: {type(ex).__name__}: {ex}"
+    fn = getattr(mod, func, None)
+    return (fn, "") if callable(fn) else (None, f"benchmarks/{module}.py has no {func}()")
+
+
+@BENCHMARKS.decorator("dfl-dp-round")
+def dfl_dp_round() -> list[dict]:
+    """FL and one-message-per-hop sequential DFL round through Flower over the plain loop (quick setting)."""
+    fn, why = _harness("dfl_dp_round")
+    return fn(quick=True) if fn else [skipped_row("dfl-dp-round", why)]
+
+
+@BENCHMARKS.decorator("sphinx")
+def sphinx() -> list[dict]:
+    """Sphinx unwrap/creation cost in X25519 units (targets on the value) and rates against Nym."""
+    fn, why = _harness("mixnet_sphinx_throughput")
+    return _target_read_from_met(fn()) if fn else [skipped_row("sphinx", why)]
+
+
+@BENCHMARKS.decorator("dpsgd-overhead")
+def dpsgd_overhead() -> list[dict]:
+    """DP-SGD (ghost clipping) step over the non-private step, per ultrasound backbone."""
+    fn, why = _harness("ultrasound_dpsgd_overhead")
+    return fn(quick=True) if fn else [skipped_row("dpsgd-overhead", why)]
+
+
+def run_all(names: list[str], benchmarks: dict[str, Callable[[], list[dict]]] | None = None,
+            log=print) -> tuple[list[dict], bool]:
+    """Run ``names`` in order; (rows with a ``benchmark`` field, whether every one ran)."""
+    benchmarks = BENCHMARKS if benchmarks is None else benchmarks
+    unknown = [n for n in names if n not in benchmarks]
+    if unknown:
+        raise ValueError(f"unknown benchmark(s) {unknown}; known: {sorted(benchmarks)}")
+    rows, ok = [], True
+    for name in names:
+        t0 = time.perf_counter()
+        try:
+            with contextlib.redirect_stdout(sys.stderr):  # harnesses' progress lines; the table owns stdout
+                got = check_rows(name, benchmarks[name]())
+        except Exception as ex:  # noqa: BLE001 - one failing harness must not hide the others' rows
+            got = [skipped_row(name, f"{type(ex).__name__}: {ex}")]
+        ok &= not any(r["metric"].startswith(f"{name}: not run") for r in got)
+        rows += [{"benchmark": name, **r} for r in got]
+        log(f"[benchmarks] {name}: {len(got)} rows in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+    return rows, ok
+
+
+# --- output -------------------------------------------------------------------------------------
+
+def fmt(v: float | None) -> str:
+    if v is None:
+        return "-"
+    if abs(v) >= 100:
+        return f"{v:,.0f}"
+    return f"{v:.3g}" if abs(v) < 0.1 else f"{v:.2f}"
+
+
+def target_text(r: dict) -> str:
+    return "-" if r.get("target") is None else f"{r.get('target_on', 'ratio')} {r.get('op', '<=')} {fmt(r['target'])}"
+
+
+def met_text(r: dict, markdown: bool) -> str:
+    if r.get("met") is None:
+        return "-"
+    return "yes" if r["met"] else ("**no**" if markdown else "NO")
+
+
+def table_lines(rows: list[dict], markdown: bool) -> list[str]:
+    head = ["benchmark", "metric", "value", "reference", "ratio", "target", "met"]
+    cells = [[r.get("benchmark", ""), r["metric"], fmt(r["value"]), fmt(r["reference"]), fmt(r["ratio"]),
+              target_text(r), met_text(r, markdown)] for r in rows]
+    if markdown:
+        return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + ["| " + " | ".join(c) + " |" for c in cells]
+    widths = [max(len(x) for x in col) for col in zip(head, *cells)]
+    line = lambda c: "  ".join(x.ljust(w) for x, w in zip(c, widths)).rstrip()  # noqa: E731
+    return [line(head), line(["-" * w for w in widths])] + [line(c) for c in cells]
+
+
+def machine() -> dict[str, str]:
+    """Where the table was measured: CPU model, cores, load, library versions, date (UTC)."""
+    model = platform.processor() or platform.machine()
+    try:
+        for ln in Path("/proc/cpuinfo").read_text().splitlines():
+            if ln.startswith("model name"):
+                model = ln.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    versions = {}
+    for pkg in ("torch", "flwr", "numpy", "opacus", "cryptography"):
+        try:
+            versions[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            versions[pkg] = "absent"
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return {"cpu": model, "cores": str(cores), "load": f"{os.getloadavg()[0]:.1f}" if hasattr(os, "getloadavg") else "?",
+            "python": platform.python_version(), **versions,
+            "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
+
+
+def markdown_block(rows: list[dict], info: dict[str, str], command: str, seconds: float) -> str:
+    libs = ", ".join(f"{k} {info[k]}" for k in ("torch", "flwr", "numpy", "opacus", "cryptography") if k in info)
+    return "\n".join([
+        f"Generated by `{command}` on {info['date']}: {info['cpu']}, {info['cores']} cores, load average "
+        f"{info['load']} at the start; Python {info['python']}, {libs}; {seconds / 60:.1f} min. Each ratio is "
+        "measured against its reference in the same run; on a shared machine they move, rerun where you measure.",
+        "",
+        *table_lines(rows, markdown=True),
+    ])
+
+
+def replace_block(text: str, block: str) -> str:
+    """``text`` with what lies between the benchmark markers replaced by ``block``."""
+    if text.count(START) != 1 or text.count(END) != 1 or text.index(START) > text.index(END):
+        raise ValueError(f"README must contain {START} ... {END} exactly once, in that order")
+    head, rest = text.split(START)
+    _, tail = rest.split(END)
+    return f"{head}{START}\n{block.strip()}\n{END}{tail}"
+
+
+def write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.split("\n")[0])
+    p.add_argument("--only", nargs="+", metavar="NAME", help="run these benchmarks (default: all)")
+    p.add_argument("--list", action="store_true", help="name each benchmark and exit")
+    p.add_argument("--markdown", action="store_true", help="print Markdown with the machine it ran on")
+    p.add_argument("--write-readme", action="store_true", help="replace README.md's benchmarks block (implies --markdown)")
+    p.add_argument("--readme", type=Path, default=ROOT / "README.md")
+    args = p.parse_args(argv)
+    if args.list:
+        for name, fn in BENCHMARKS.items():
+            print(f"{name}: {(fn.__doc__ or '').strip()}")
+        return 0
+    if args.write_readme:  # fail before minutes of measuring, not after
+        replace_block(args.readme.read_text(), "")
+    names = args.only or list(BENCHMARKS)
+    info, t0 = machine(), time.perf_counter()
+    rows, ok = run_all(names)
+    seconds = time.perf_counter() - t0
+    if args.markdown or args.write_readme:
+        command = "python -m benchmarks --markdown --write-readme" + (f" --only {' '.join(names)}" if args.only else "")
+        block = markdown_block(rows, info, command, seconds)
+        print(block)
+        if args.write_readme:
+            write_atomic(args.readme, replace_block(args.readme.read_text(), block))
+            print(f"\n[benchmarks] wrote {args.readme}", file=sys.stderr)
+    else:
+        print("\n".join(table_lines(rows, markdown=False)))
+        print(f"\n{info['cpu']}, {info['cores']} cores, load {info['load']} at start, {info['date']}, "
+              f"{seconds:.0f} s")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
