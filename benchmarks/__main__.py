@@ -101,6 +101,16 @@ def dpsgd_overhead() -> list[dict]:
     return fn(quick=True) if fn else [skipped_row("dpsgd-overhead", why)]
 
 
+@BENCHMARKS.decorator("mixnet-round")
+def mixnet_round() -> list[dict]:
+    """Wall seconds per simulated mixnet round, N = 32, K = 2, O = 100, mu = 0.1, cover (target <= 4 s, on the value)."""
+    fn, why = _harness("mixnet_round")
+    return _target_read_from_met(fn(quick=True)) if fn else [skipped_row("mixnet-round", why)]
+
+
+BENCHMARKS.register("audit-overhead", lambda: (lambda f: f[0]() if f[0] else [skipped_row("audit-overhead", f[1])])(_harness("audit_overhead")))  # noqa: E501 - issue 13: --audit wall over plain (~2 min)
+
+
 def run_all(names: list[str], benchmarks: dict[str, Callable[[], list[dict]]] | None = None,
             log=print) -> tuple[list[dict], bool]:
     """Run ``names`` in order; (rows with a ``benchmark`` field, whether every one ran)."""

@@ -246,5 +246,9 @@ def write_report(results_dir: str | Path) -> str:
                       for c in d["client_ids"]]
             plot_heatmap(np.asarray(d["divergence"]), labels, [d["client_ids"].index(c) for c in d["flagged"]],
                          out / f"figure1_divergence_{tag}.png", f"{s['run']}: flagged {d['flagged'] or 'none'}")
+    from flower_apps.tabular_pdp.audit_report import write_audit_table
+
+    audit = write_audit_table(results_dir)  # runs made with --audit (docs/audit.md)
+    md += ("\n" + audit) if audit else ""
     atomic_write_text(out / "report.md", md)
     return md

@@ -101,7 +101,7 @@ def server_main(grid: Grid, cfg: UltrasoundConfig) -> dict:
     data = build_data(data_key(cfg))
     device = pick_device(cfg.device)
     model, info = create_model(cfg.arch, data.num_classes, cfg.image_size, dp=cfg.dp_sgd, pretrained=cfg.pretrained,
-                               weights_dir=cfg.weights_dir, seed=cfg.seed)
+                               weights_dir=cfg.weights_dir, seed=cfg.seed, dp_finetune=cfg.dp_finetune)
     atomic_write_json(out / "model.json", info)
     initial = state_to_record(model)
     payload = int(sum(a.numpy().nbytes for a in initial.values()))
@@ -119,7 +119,8 @@ def server_main(grid: Grid, cfg: UltrasoundConfig) -> dict:
         "config_hash": config_hash(cfg.effective()), "run": out.name, "method": cfg.method, "mode": cfg.mode,
         "algorithm": cfg.algorithm if cfg.mode == "federated" else None, "arch": cfg.arch,
         "paper_name": info["paper_name"], "weights": info["weights"], "pretrained_loaded": info["pretrained_loaded"],
-        "dp_model_changes": len(info["dp_model_changes"]), "task": cfg.task, "class_names": list(data.class_names),
+        "dp_model_changes": len(info["dp_model_changes"]), "dp_finetune": info["dp_finetune"],
+        "num_trainable": info["num_trainable"], "task": cfg.task, "class_names": list(data.class_names),
         "partition": cfg.partition, "dataset": data.name, "synthetic": data.synthetic, "data_notes": data.notes,
         "image_size": cfg.image_size, "num_clients": cfg.num_clients, "num_rounds": cfg.num_rounds,
         "local_epochs": cfg.local_epochs, "batch_size": cfg.batch_size, "lr": cfg.lr, "seed": cfg.seed,

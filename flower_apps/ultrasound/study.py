@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from datasets.busi import TASKS, ULTRASOUND_SOURCES
 from flower_apps.config import COMMON_KEYS, SHARED_KEYS, Key, KeyTable
-from flower_apps.ultrasound.models import ARCHS
+from flower_apps.ultrasound.models import ARCHS, DP_FINETUNE
 from privacy.dpsgd import GRAD_SAMPLE_MODES
 
 STUDY = "ultrasound"
@@ -46,6 +46,9 @@ KEYS = KeyTable(STUDY, (
     Key("us-noise-multiplier", 2.0, float, ge=0, field="noise_multiplier", doc="z: DP-SGD noise multiplier"),
     Key("us-max-grad-norm", 1.5, float, gt=0, field="max_grad_norm", doc="C: DP-SGD per-sample clipping norm"),
     Key("us-delta", 1e-5, float, gt=0, lt=1, field="delta", doc="delta at which DP-SGD epsilon is reported"),
+    Key("us-dp-finetune", "frozen-bn", str, choices=DP_FINETUNE, field="dp_finetune",
+        doc="DP-SGD on a pretrained net: frozen-bn (BatchNorm frozen in eval form, ImageNet statistics kept), "
+            "frozen-bn-last (also only the last 3 layer groups trained) or groupnorm (BN -> GroupNorm)"),
     Key("us-grad-sample-mode", "ghost", str, choices=GRAD_SAMPLE_MODES, field="grad_sample_mode",
         doc="per-sample gradient implementation (ghost clipping: fastest on CPU, least memory)"),
     Key("us-pretrained", True, bool, field="pretrained", doc="start from ImageNet weights when available"),

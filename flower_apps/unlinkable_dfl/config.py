@@ -98,6 +98,8 @@ class UdflConfig:
                "baseline": "baseline"}[self.transport]
         parts = [net, self.encoding, f"r{self.share_ratio:g}", self.aggregator, f"a{self.alpha:g}",
                  f"N{self.num_nodes}", f"T{self.num_rounds}", self.dataset, self.model, self.topology]
+        if self.topology != "full-mesh" and self.degree != 4:  # the degree sweep (default 4 keeps old names)
+            parts.append(f"d{self.degree}")
         if self.churn_leave > 0:
             parts.append(f"churn{self.churn_leave:g}-{self.churn_join:g}")
         if self.byzantine_fraction > 0:

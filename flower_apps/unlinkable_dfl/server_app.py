@@ -87,8 +87,13 @@ def _exchange(grid: Grid, cfg: UdflConfig, phase: str, round_: int, nodes: list[
     return merged
 
 
-def server_main(grid: Grid, cfg: UdflConfig) -> dict:
-    """Run one configuration through Flower and write its results folder. Returns the summary."""
+def server_main(grid: Grid, cfg: UdflConfig, network: bool = False) -> dict:
+    """Run one configuration through Flower and write its results folder. Returns the summary.
+
+    ``network``: carry the fragments over N node processes on TLS (``World(network=True)``)
+    instead of the discrete-event simulator (``netlearn.py``; not a run key, so that the
+    results of every simulated run keep their identity).
+    """
     from flower_apps.unlinkable_dfl.data import validate_data
 
     validate_data(cfg)  # unusable data fails here, in seconds: no run folder, no message sent
@@ -100,7 +105,15 @@ def server_main(grid: Grid, cfg: UdflConfig) -> dict:
     num_values = sum(init.state_dict()[k].numel() for k in shareable_keys(init))
     layout = fragment_layout(num_values, cfg.payload_size, cfg.encoding)
     models: dict[int, ArrayRecord] = {i: state_to_record(init) for i in range(cfg.num_nodes)}
-    world = World(cfg)
+    world = World(cfg, network=network)
+    try:
+        return _run_rounds(grid, cfg, out, t_start, plan, init, num_values, layout, models, world)
+    finally:
+        world.close()
+
+
+def _run_rounds(grid, cfg, out, t_start, plan, init, num_values, layout, models, world) -> dict:
+    """The round loop of :func:`server_main` (split out so that the world is always closed)."""
     byzantine = _byzantine_nodes(cfg)
     supernodes = wait_for_nodes(grid, 1)
     curious = CuriousRecipientRecorder(cfg.curious_node, layout) if cfg.curious_node >= 0 else None
@@ -142,10 +155,11 @@ def server_main(grid: Grid, cfg: UdflConfig) -> dict:
         row["elapsed_s"] = time.perf_counter() - t_start
         rounds.append(row)
         atomic_write_jsonl(out / "rounds.jsonl", rounds)
-        log.info("[%s] round %d/%d  acc %.4f  completeness %.3f  network %.2fs (virtual)  (%.0fs elapsed)",
+        log.info("[%s] round %d/%d  acc %.4f  completeness %.3f  network %.2fs (%s)  (%.0fs elapsed)",
                  out.name, t, cfg.num_rounds, row["test_acc"], row["completeness"], row["network_virtual_s"],
-                 row["elapsed_s"])
+                 "virtual" if world.net is None else "real", row["elapsed_s"])
     summary = _summary(cfg, out.name, plan, rounds, num_values, layout, byzantine, time.perf_counter() - t_start)
+    summary["networked"] = world.net is not None  # node processes over TLS (network_s in real seconds)
     if curious is not None:
         summary["content_linking"] = curious.analyse()
     atomic_write_json(out / "summary.json", summary)
@@ -207,6 +221,7 @@ def _summary(cfg, name, plan, rounds, num_values, layout, byzantine, wall) -> di
         "num_rounds": cfg.num_rounds, "dataset": plan.name, "data_notes": plan.notes, "model": cfg.model,
         "transport": cfg.transport, "mode": cfg.mode, "encoding": cfg.encoding, "share_ratio": cfg.share_ratio,
         "aggregator": cfg.aggregator, "krum_budget": cfg.krum_budget, "alpha": cfg.alpha, "topology": cfg.topology,
+        "degree": cfg.degree,
         "max_hops": cfg.max_hops, "outbox": cfg.outbox, "mu": cfg.mu, "cover": cfg.cover,
         "churn_leave": cfg.churn_leave, "churn_join": cfg.churn_join, "byzantine_fraction": cfg.byzantine_fraction,
         "byzantine_attack": cfg.byzantine_attack, "byzantine_nodes": sorted(byzantine),
