@@ -17,7 +17,7 @@ from flwr.serverapp import Grid
 
 from flower_apps.common.results import (open_run_folder, atomic_write_json, atomic_write_jsonl, atomic_write_text, is_finished,
                                         run_folder, run_hash)
-from flower_apps.common.torch_utils import pick_device, record_to_state, state_to_record
+from flower_apps.common.torch_utils import pick_device, record_to_state, save_state_dict, state_to_record
 from flower_apps.dfl_dp.config import ACTION, DflDpConfig
 from flower_apps.common.node_data import PlacedGrid, discover
 from flower_apps.dfl_dp.data import eval_plan
@@ -137,7 +137,7 @@ def server_main(grid: Grid, cfg: DflDpConfig) -> dict:
     observed.start(grid, initial, num_rounds=cfg.num_rounds, timeout=cfg.round_timeout,
                    train_config=config_record_for(cfg), evaluate_fn=evaluate_fn)
 
-    save_model(model, out / "final_model.pt")
+    save_state_dict(model, out / "final_model.pt")
     acc_curve = [r["test_acc"] for r in rounds]
     summary = {"config_hash": run_hash(cfg), "run": out.name, "framework": cfg.framework,
                "dp": cfg.dp, "data_part": cfg.data_part, "clip_norm": cfg.clip_norm if cfg.dp else None,
@@ -173,19 +173,6 @@ def server_main(grid: Grid, cfg: DflDpConfig) -> dict:
 def _n_train(plan) -> int:
     """Training examples of all clients (a DataPlan's target-train, or the nodes' reported sizes)."""
     return plan.n_train if hasattr(plan, "n_train") else int(len(plan.y["target_train"]))
-
-
-def save_model(model, path: Path) -> None:
-    """The final global model's state dict (CPU tensors), written atomically."""
-    import io
-
-    import torch
-
-    from flower_apps.common.results import atomic_write_bytes
-
-    buf = io.BytesIO()
-    torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()}, buf)
-    atomic_write_bytes(path, buf.getvalue())
 
 
 def config_record_for(cfg: DflDpConfig):

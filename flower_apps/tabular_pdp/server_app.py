@@ -25,7 +25,7 @@ from flwr.serverapp import Grid
 
 from datasets.cancer import describe_source
 from flower_apps.common.results import open_run_folder, atomic_write_json, atomic_write_jsonl, is_finished, run_folder, run_hash
-from flower_apps.common.torch_utils import state_to_record
+from flower_apps.common.torch_utils import record_to_state, save_state_dict, state_to_record
 from flower_apps.common.node_data import PlacedGrid, discover
 from flower_apps.tabular_pdp.config import ACTION, TabularPdpConfig
 from flower_apps.tabular_pdp.data import model_features
@@ -116,6 +116,10 @@ def run_setting(grid: Grid, cfg: TabularPdpConfig, setting: str, clients: list[i
                          train_config=train_config,
                          evaluate_config=phase_config(cfg, "evaluate", levels),
                          evaluate_fn=audit.observe if audit else None)  # the auditor sees the released models
+    # The released global model, for the attacks (flower_apps/tabular_pdp/attacks.py) and the report card.
+    from flower_apps.tabular_pdp.attacks import model_path
+
+    save_state_dict(record_to_state(result.arrays), model_path(run_dir(cfg), setting))
     rows = []
     for r in range(1, cfg.num_rounds + 1):
         ev = result.evaluate_metrics_clientapp.get(r, {})

@@ -24,7 +24,7 @@ from flwr.app import ArrayRecord, ConfigRecord, MetricRecord
 from flwr.serverapp import Grid
 
 from flower_apps.common.results import open_run_folder, atomic_write_json, atomic_write_jsonl, config_hash, is_finished, run_folder
-from flower_apps.common.torch_utils import pick_device, record_to_state, state_to_record
+from flower_apps.common.torch_utils import pick_device, record_to_state, save_state_dict, state_to_record
 from flower_apps.ultrasound.config import ACTION, UltrasoundConfig
 from flower_apps.ultrasound.data import UltrasoundData, build_data, data_key
 from flower_apps.ultrasound.models import create_model
@@ -198,6 +198,8 @@ def _federated(grid: Grid, cfg: UltrasoundConfig, model, initial: ArrayRecord, d
     result = strategy.start(FastGrid(grid), initial, num_rounds=cfg.num_rounds, timeout=cfg.round_timeout,
                             train_config=ConfigRecord({"run-config": cfg.to_json()}), evaluate_fn=evaluate_fn)
     model.load_state_dict({k: v.to(device) for k, v in record_to_state(result.arrays).items()})
+    # The released global model (keys of models.model_skeleton), for flower_apps/ultrasound/attacks.py.
+    save_state_dict(model, run_dir(cfg) / "final_model.pt")
     final = evaluate(model, data.x["test"], data.y["test"], device)
     ledgers: dict[int, DpSgdLedger] = {k: DpSgdLedger() for k in range(cfg.num_clients)}
     all_rows = [m for r in sorted(strategy.client_metrics) for m in strategy.client_metrics[r].values()]
