@@ -108,7 +108,11 @@ def mixnet_round() -> list[dict]:
     return _target_read_from_met(fn(quick=True)) if fn else [skipped_row("mixnet-round", why)]
 
 
-BENCHMARKS.register("audit-overhead", lambda: (lambda f: f[0]() if f[0] else [skipped_row("audit-overhead", f[1])])(_harness("audit_overhead")))  # noqa: E501 - issue 13: --audit wall over plain (~2 min)
+@BENCHMARKS.decorator("audit-overhead")
+def audit_overhead() -> list[dict]:
+    """Wall time of a run with --audit over the same run without it, dfl-dp and tabular-pdp (issue 13, ~2 min)."""
+    fn, why = _harness("audit_overhead")
+    return fn(quick=True) if fn else [skipped_row("audit-overhead", why)]
 
 
 def run_all(names: list[str], benchmarks: dict[str, Callable[[], list[dict]]] | None = None,

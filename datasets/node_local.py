@@ -234,18 +234,45 @@ def read_table_clients(m: NodeManifest):
     return out
 
 
-def read_busi_clients(m: NodeManifest):
-    """Every client's BUSI-layout folder of a ``busi-folder`` node (:func:`datasets.busi.load_busi`)."""
-    from datasets.busi import load_busi
+def read_busi_folder(folder: Path, fail: Callable[[str | Path, str], Exception] = _plain_fail):
+    """One client's BUSI-layout folder as :class:`datasets.busi.UltrasoundImages`, in training order.
 
+    The layout of :func:`datasets.busi.load_busi` (``benign/``, ``malignant/``, ``normal/``, PNGs,
+    ``*_mask*`` files ignored), except that a class folder may be empty: one institution's patients
+    need not cover every class. Order: the export names a client's images ``<position>.png`` (its
+    position in the simulated partition), so a node trains them in the simulation's order; other
+    names train class by class, sorted by name.
+    """
+    import cv2
+
+    from datasets.busi import BUSI_CLASSES, UltrasoundImages, is_mask_file
+
+    missing = [c for c in BUSI_CLASSES if not (folder / c).is_dir()]
+    if missing:
+        raise fail(folder, f"class folder(s) {missing} missing; expected {list(BUSI_CLASSES)} (the BUSI layout)")
+    files = [(p, k) for k, c in enumerate(BUSI_CLASSES) for p in sorted((folder / c).iterdir())
+             if p.suffix.lower() == ".png" and not is_mask_file(p)]
+    if not files:
+        raise fail(folder, f"no PNG images in {list(BUSI_CLASSES)}")
+    if all(p.stem.isdigit() for p, _ in files):
+        files.sort(key=lambda pk: int(pk[0].stem))
+    images = []
+    for p, _ in files:
+        img = cv2.imread(str(p), cv2.IMREAD_GRAYSCALE)
+        if img is None:
+            raise fail(p, "could not decode the PNG")
+        images.append(img)
+    return UltrasoundImages("busi", images, np.asarray([k for _, k in files], dtype=np.int64), BUSI_CLASSES,
+                            str(folder), False, [f"node-local BUSI folder {folder}: {len(images)} images"])
+
+
+def read_busi_clients(m: NodeManifest):
+    """Every client's BUSI-layout folder of a ``busi-folder`` node (:func:`read_busi_folder`)."""
     out = {}
     for cid, p in m.clients.items():
         if not p.is_dir():
             raise m.fail(p, "missing (listed in node.json); expected a folder with benign/, malignant/, normal/")
-        try:
-            out[cid] = load_busi(p)
-        except DataError as exc:
-            raise NodeDataError(f"{m.node}: {one_line(exc)}") from exc
+        out[cid] = read_busi_folder(p, m.fail)
     return out
 
 
@@ -301,3 +328,22 @@ def write_table_node(root: str | Path, clients: Mapping[int, Any], node: str = "
         write_atomic(root / name, lambda fh, df=df: fh.write(df.to_csv(index=False).encode()))
         files[cid] = name
     return write_manifest(root, "cancer-csv", files, node)
+
+
+def write_busi_folder(root: str | Path, images, labels: np.ndarray, indices, class_names) -> Path:
+    """A BUSI-layout folder: ``<class>/<position>.png`` for ``images[indices]`` (gray uint8, lossless PNG).
+
+    ``labels`` are base BUSI labels indexing ``class_names``; the position names keep the order
+    (see :func:`busi_order`). Every class folder is created, even an empty one (the layout).
+    """
+    import cv2
+
+    root = Path(root)
+    for name in class_names:
+        (root / name).mkdir(parents=True, exist_ok=True)
+    for pos, i in enumerate(np.asarray(indices, dtype=np.int64)):
+        ok, buf = cv2.imencode(".png", np.asarray(images[i]))
+        if not ok:
+            raise ValueError(f"could not encode image {int(i)} as PNG")
+        write_atomic(root / class_names[int(labels[i])] / f"{pos:05d}.png", lambda fh, b=buf: fh.write(b.tobytes()))
+    return root

@@ -2,12 +2,15 @@
 
     python -m deploy.export --study dfl-dp --nodes 2 --seed 0 --preset smoke --out DIR
     python -m deploy.export --study tabular-pdp --nodes 2 --seed 0 --preset smoke --out DIR
+    python -m deploy.export --study unlinkable-dfl --nodes 2 --seed 0 --preset smoke --out DIR
+    python -m deploy.export --study ultrasound --nodes 2 --seed 0 --preset smoke --out DIR
 
 A site can rehearse a deployment with it, and a simulated and a deployed run of the same config
 can be compared model for model (tests/deploy/test_node_local_federation.py). Layout::
 
     DIR/node-<i>/<study>/node.json + the node's client files   -> SuperNode i: data-path=DIR/node-<i>
     DIR/coordinator/<study>/eval.npz                            -> the ServerApp's eval-data-path
+    DIR/coordinator/ultrasound/{test,val}/                      -> (ultrasound: BUSI-layout folders)
     DIR/export.json                                             -> what was exported, and the run config
 
 The logical clients are dealt to the nodes in contiguous blocks of whole messages
@@ -26,7 +29,8 @@ from typing import Any
 
 import numpy as np
 
-from datasets.node_local import EVAL_FILE, write_atomic, write_image_node, write_npz, write_table_node
+from datasets.node_local import (EVAL_FILE, write_atomic, write_busi_folder, write_image_node, write_manifest,
+                                 write_npz, write_table_node)
 
 
 def node_blocks(num_clients: int, nodes: int, clients_per_message: int = 1) -> list[list[int]]:
@@ -61,6 +65,39 @@ def _export_dfl_dp(cfg, blocks: list[list[int]], out: Path) -> dict[str, Any]:
     return {"node-local-data": True, "eval-data-path": str(ev)}
 
 
+def _export_unlinkable_dfl(cfg, blocks: list[list[int]], out: Path) -> dict[str, Any]:
+    from flower_apps.unlinkable_dfl.data import data_key, raw_split
+
+    r = raw_split(data_key(cfg))
+    for i, block in enumerate(blocks):
+        write_image_node(out / f"node-{i}" / "unlinkable-dfl",
+                         {c: (r.x[r.node_indices[c]], r.y[r.node_indices[c]]) for c in block},
+                         r.num_classes, r.mean, r.std, node=f"node-{i}")
+    # The test set in the simulation's fixed order: the coordinator evaluates every node on its prefix.
+    ev = write_npz(out / "coordinator" / "unlinkable-dfl" / EVAL_FILE, x=np.asarray(r.x_test),
+                   y=np.asarray(r.y_test, np.int64), num_classes=np.int64(r.num_classes),
+                   mean=np.asarray(r.mean, float), std=np.asarray(r.std, float))
+    return {"node-local-data": True, "eval-data-path": str(ev)}
+
+
+def _export_ultrasound(cfg, blocks: list[list[int]], out: Path) -> dict[str, Any]:
+    from flower_apps.ultrasound.data import export_layout
+
+    if cfg.mode != "federated":
+        raise ValueError(f"us-mode={cfg.mode!r}: node-local data serves federated runs only (centralized pools "
+                         "every client's images on the server, local-only evaluates on the test set on each node)")
+    lay = export_layout(cfg)
+    for i, block in enumerate(blocks):
+        root = out / f"node-{i}" / "ultrasound"
+        for c in block:
+            write_busi_folder(root / f"client-{c}", lay.images, lay.labels, lay.client_train[c], lay.class_names)
+        write_manifest(root, "busi-folder", {c: f"client-{c}" for c in block}, node=f"node-{i}")
+    coord = out / "coordinator" / "ultrasound"
+    for part in ("test", "val"):
+        write_busi_folder(coord / part, lay.images, lay.labels, lay.held_out[part], lay.class_names)
+    return {"node-local-data": True, "eval-data-path": str(coord)}
+
+
 def _export_tabular_pdp(cfg, blocks: list[list[int]], out: Path) -> dict[str, Any]:
     from flower_apps.tabular_pdp.data import client_table, data_key
 
@@ -75,6 +112,8 @@ def _export_tabular_pdp(cfg, blocks: list[list[int]], out: Path) -> dict[str, An
 EXPORTERS: dict[str, tuple[Callable[[Any, list[list[int]], Path], dict[str, Any]], bool]] = {
     "dfl-dp": (_export_dfl_dp, True),
     "tabular-pdp": (_export_tabular_pdp, False),
+    "unlinkable-dfl": (_export_unlinkable_dfl, False),  # its messages are grouped per node at run time
+    "ultrasound": (_export_ultrasound, False),  # one client per message
 }
 
 
@@ -88,7 +127,8 @@ def export(study: str, nodes: int, seed: int, out: str | Path, preset: str = "pa
     raw = {**(overrides or {}), "study": study, "preset": preset, "seed": seed}
     _, cfg = prepare(raw)
     fn, packs = EXPORTERS[study]
-    blocks = node_blocks(cfg.num_clients, nodes, getattr(cfg, "clients_per_message", 1) if packs else 1)
+    num_clients = getattr(cfg, "num_clients", None) or cfg.num_nodes  # unlinkable-dfl calls its clients nodes
+    blocks = node_blocks(num_clients, nodes, getattr(cfg, "clients_per_message", 1) if packs else 1)
     out = Path(out).resolve()
     run_config = fn(cfg, blocks, out)
     record = {"study": study, "preset": preset, "seed": seed, "overrides": overrides or {},

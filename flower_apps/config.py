@@ -223,7 +223,8 @@ SHARED_KEYS: dict[str, Key] = {k.name: k for k in (
     Key("node-local-data", False, bool,
         doc="deployment: each SuperNode trains on its node-config data-path; the server asks nodes what they hold"),
     Key("eval-data-path", "", str,
-        doc="with node-local-data: the coordinator's held-out test set (.npz from python -m deploy.export)"),
+        doc="with node-local-data: the coordinator's held-out evaluation data from python -m deploy.export "
+            "(.npz; ultrasound: a folder with test/ and val/ in the BUSI layout)"),
 )}
 
 

@@ -200,6 +200,11 @@ class PlacedGrid(Grid):
     def create_message(self, content, message_type, dst_node_id, group_id, ttl=None):
         return self._grid.create_message(content, message_type, dst_node_id, group_id, ttl)
 
+    @property
+    def client_ids(self) -> list[int]:
+        """The logical clients some node holds."""
+        return sorted(self._placement)
+
     def get_node_ids(self) -> list[int]:
         return sorted(set(self._placement.values()))
 
@@ -214,3 +219,37 @@ class PlacedGrid(Grid):
 
     def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None) -> Iterable[Message]:
         return self._grid.send_and_receive([self.route(m) for m in messages], timeout=timeout)
+
+
+class RoundErrors:
+    """Every error reply of a run, per round, for ``summary.json`` (not only the logs).
+
+    A node whose data turns unusable mid-run (or whose ClientApp fails) replies with an error;
+    the strategies count it as a failed client and go on. This keeps *who* and *why*:
+    ``rows`` are ``{"round", "node_id", "error"}`` (plus ``clients`` when the server knows which
+logical clients the failed message asked for), in arrival-independent order.
+    """
+
+    def __init__(self) -> None:
+        self.rows: list[dict] = []
+
+    def record(self, server_round: int, replies: Iterable[Message]) -> None:
+        """Keep the error replies among ``replies`` (valid replies are ignored)."""
+        rows = []
+        for r in replies:
+            if r.has_error():
+                # an error reply has no content: the node and its reason are what it says
+                rows.append({"round": int(server_round), "node_id": int(r.metadata.src_node_id),
+                             "error": str(r.error.reason)})
+        self.rows += sorted(rows, key=lambda row: (row["node_id"], row["error"]))
+
+    def record_problems(self, server_round: int, problem_of: Mapping[int, str], node_of: Mapping[int, int]) -> None:
+        """Keep a checked exchange's ``problem_of`` (logical client -> why), grouped by node and reason."""
+        grouped: dict[tuple[int, str], list[int]] = {}
+        for c, why in sorted(problem_of.items()):
+            grouped.setdefault((int(node_of.get(c, -1)), why), []).append(int(c))
+        self.rows += [{"round": int(server_round), "node_id": n, "clients": cs, "error": why}
+                      for (n, why), cs in sorted(grouped.items())]
+
+    def summary(self) -> dict:
+        return {"round_errors": list(self.rows)}

@@ -27,6 +27,8 @@ from flower_apps.common.results import read_json
 from flower_apps.common.tables import group_by, seed_cell, write_table
 
 NOT_RUN = "not run"
+AUDITED = "skipped: audited run"
+AUDITED_TAG = " [audited]"
 STUDIES = ("dfl-dp", "tabular-pdp", "ultrasound", "unlinkable-dfl")
 
 
@@ -49,6 +51,24 @@ def _rows(obj) -> list[dict]:
     if isinstance(obj, list):
         return obj
     return obj.get("rows") or ([obj["row"]] if "row" in obj else [])
+
+
+def is_audited_run(run: Path, summary: dict | None = None) -> bool:
+    """True when ``run`` trained with audit canaries, read from the files the run wrote.
+
+    Canaries change what is trained: dfl-dp and tabular-pdp add canary clients' updates to the
+    aggregate, the ultrasound audit puts canary images into client 0's training set (and removes
+    the mislabelled ones' originals). The released model is then not the condition's model, and
+    client 0's training images are no longer its member set, so an attack on it would measure the
+    audit, not the condition. Evidence: ``audit_canaries > 0`` in ``config.json`` (dfl-dp,
+    tabular-pdp), an ``audit.json`` in the folder, or ``audit`` in ``summary.json`` (ultrasound).
+    """
+    run = Path(run)
+    config = _json(run / "config.json") or {}
+    if int(config.get("audit_canaries") or 0) > 0 or (run / "audit.json").is_file():
+        return True
+    summary = summary if summary is not None else (_json(run / "summary.json") or {})
+    return bool(summary.get("audit"))
 
 
 def audited_epsilon(run: Path, part: str | None = None) -> float | None:
@@ -102,14 +122,22 @@ def collect_dfl_dp(study_dir: Path) -> list[dict]:
             continue
         acc = s.get("accounting") or {}
         cond = "No-DP" if not s["dp"] else f"C={s['clip_norm']:g}, eps_cal={s['eps_cal']:g}"
+        rec = {"condition": f"{s['framework']}: {cond}", "seed": s["seed"], "utility": 100 * s["final_acc"],
+               "eps": acc.get("eps_total") if s["dp"] else math.inf, "delta": acc.get("delta_total"),
+               "audited_eps": audited_epsilon(run)}
+        if is_audited_run(run, s):
+            out.append(_audited(rec))
+            continue
         views = {f.stem.removeprefix("attacks_inversion_"): _rows(read_json(f))
                  for f in sorted(run.glob("attacks_inversion_*.json"))}
-        out.append({"condition": f"{s['framework']}: {cond}", "seed": s["seed"], "utility": 100 * s["final_acc"],
-                    "eps": acc.get("eps_total") if s["dp"] else math.inf, "delta": acc.get("delta_total"),
-                    "audited_eps": audited_epsilon(run),
-                    **_mia(_rows(_json(run / "attacks_mia.json")) + _rows(_json(run / "attacks_lira.json"))),
+        out.append({**rec, **_mia(_rows(_json(run / "attacks_mia.json")) + _rows(_json(run / "attacks_lira.json"))),
                     "ssim": _ssim(views.get("noised-update") or views.get("gradient") or [])})
     return out
+
+
+def _audited(rec: dict) -> dict:
+    """An audited run's record: its own condition (canaries change utility) and no attack numbers."""
+    return {**rec, "condition": rec["condition"] + AUDITED_TAG, "attack_skipped": AUDITED}
 
 
 def collect_tabular_pdp(study_dir: Path) -> list[dict]:
@@ -118,14 +146,29 @@ def collect_tabular_pdp(study_dir: Path) -> list[dict]:
     for run, s in _runs(study_dir) + _runs(study_dir / "raw-data" / "tabular-pdp"):
         attacks = _rows(_json(run / "attacks.json"))
         anon = "raw" if not any(s.get("levels") or []) else "anonymized"
+        audited = is_audited_run(run, s)
         for setting, v in (s.get("settings") or {}).items():
+            rec = {"condition": f"{setting} ({anon})", "seed": s["seed"], "utility": v["final_mae"],
+                   "eps": v.get("eps_rdp_max") if setting != "vanilla" else math.inf,
+                   "delta": v.get("delta"), "audited_eps": audited_epsilon(run, setting)}
+            if tabular_setting_audited(setting, v, audited):
+                out.append(_audited(rec))
+                continue
             mine = [r for r in attacks if r.get("setting") == setting]
             attr = [r for r in mine if r.get("attack") == "attribute-inference" and "member_accuracy" in r]
-            out.append({"condition": f"{setting} ({anon})", "seed": s["seed"], "utility": v["final_mae"],
-                        "eps": v.get("eps_rdp_max") if setting != "vanilla" else math.inf,
-                        "delta": v.get("delta"), "audited_eps": audited_epsilon(run, setting), **_mia(mine),
+            out.append({**rec, **_mia(mine),
                         "attribute_adv": max((r["advantage_over_baseline"] for r in attr), default=None)})
     return out
+
+
+def tabular_setting_audited(setting: str, setting_summary: dict, run_audited: bool) -> bool:
+    """Whether canary clients shared the aggregate of this tabular-pdp setting.
+
+    The audit measures GDP / PDP only: the vanilla model of an audited run trains without canaries
+    (the server app builds no audit for it), so it stays a valid target; a DP setting of an audited
+    run, or any setting whose summary carries an audit, is not.
+    """
+    return bool(setting_summary.get("audit")) or (run_audited and setting != "vanilla")
 
 
 def collect_ultrasound(study_dir: Path) -> list[dict]:
@@ -133,12 +176,15 @@ def collect_ultrasound(study_dir: Path) -> list[dict]:
     for run, s in _runs(study_dir):
         acc = s.get("accounting") or {}
         dp = f"DP-SGD C={s['max_grad_norm']:g} z={s['noise_multiplier']:g}" if s.get("dp_sgd") else "No-DP"
+        rec = {"condition": f"{s['method']} {s['arch']} {s['task']} {s['partition']}: {dp}", "seed": s["seed"],
+               "utility": 100 * s["test_accuracy"], "eps": acc.get("eps_rdp_max") if s.get("dp_sgd") else math.inf,
+               "delta": acc.get("delta"), "audited_eps": audited_epsilon(run)}
+        if is_audited_run(run, s):
+            out.append(_audited(rec))
+            continue
         inv = _rows(_json(run / "attacks_inversion.json"))
         view = "dp-sgd" if s.get("dp_sgd") else "gradient"
-        out.append({"condition": f"{s['method']} {s['arch']} {s['task']} {s['partition']}: {dp}", "seed": s["seed"],
-                    "utility": 100 * s["test_accuracy"], "eps": acc.get("eps_rdp_max") if s.get("dp_sgd") else math.inf,
-                    "delta": acc.get("delta"), "audited_eps": audited_epsilon(run),
-                    **_mia(_rows(_json(run / "attacks_mia.json"))),
+        out.append({**rec, **_mia(_rows(_json(run / "attacks_mia.json"))),
                     "ssim": _ssim([r for r in inv if r.get("view") == view])})
     return out
 
@@ -156,7 +202,8 @@ def collect_unlinkable_dfl(study_dir: Path) -> list[dict]:
                     "eps": math.inf, "delta": None, "audited_eps": None,
                     "linking_adv": max(r.get("agnostic_advantage", -math.inf), r.get("aware_advantage", -math.inf)),
                     "h_relay": r.get("h_relay_bits"), "h_path": r.get("h_path_bits"),
-                    "h_relay_loc": r.get("h_relay_loc_bits") if r.get("mixnet") else None})  # as the study's table
+                    "h_relay_loc": r.get("h_relay_loc_bits") if r.get("mixnet") else None,  # as the study's table
+                    "no_mixnet": not r.get("mixnet")})
     return out
 
 
@@ -180,8 +227,13 @@ def _eps_cell(values: list) -> str:
 def _cell(records: list[dict], key: str, digits: int = 3) -> str:
     vals = [r.get(key) for r in records]
     if all(v is None for v in vals):
-        return NOT_RUN
+        return _absent(records)
     return seed_cell([v for v in vals if v is not None], digits)
+
+
+def _absent(records: list[dict]) -> str:
+    """The cell of an attack that has no number: skipped (and why) or not run."""
+    return next((r["attack_skipped"] for r in records if r.get("attack_skipped")), NOT_RUN)
 
 
 def build_card(study: str, records: list[dict]) -> list[dict]:
@@ -199,7 +251,8 @@ def build_card(study: str, records: list[dict]) -> list[dict]:
                "audited eps (lower bound)": _cell(recs, "audited_eps"),
                "MIA AUC (best attack)": _cell(recs, "mia_auc"),
                "MIA TPR@FPR=0.1%": _cell(recs, "mia_tpr_0.001", 4),
-               "best MIA attack": ", ".join(sorted({r["mia_attack"] for r in recs if r.get("mia_attack")})) or NOT_RUN}
+               "best MIA attack": ", ".join(sorted({r["mia_attack"] for r in recs if r.get("mia_attack")}))
+               or _absent(recs)}
         if study in ("dfl-dp", "ultrasound"):
             row["inversion SSIM (best attack)"] = _cell(recs, "ssim")
         if study == "tabular-pdp":
@@ -208,7 +261,8 @@ def build_card(study: str, records: list[dict]) -> list[dict]:
             row["linking advantage"] = _cell(recs, "linking_adv")
             row["H_relay (bits)"] = _cell(recs, "h_relay", 2)
             row["H_path (bits)"] = _cell(recs, "h_path", 2)
-            row["H_relay^loc (bits)"] = _cell(recs, "h_relay_loc", 2)
+            # without a mixnet there is no relay location to hide: not applicable, not "not run"
+            row["H_relay^loc (bits)"] = "-" if all(r.get("no_mixnet") for r in recs) else _cell(recs, "h_relay_loc", 2)
         row["_records"] = recs
         rows.append(row)
     # No-DP conditions first (the reference), then by name, as the studies' own tables.
@@ -275,6 +329,7 @@ def write_card(study: str, study_dir: str | Path, out_dir: str | Path | None = N
             "TPR at FPR 0.1%) over the attacks run (shadow models, loss threshold, offline LiRA); members = training "
             "data, non-members = held-out data. A maximum over several attacks sits slightly above 0.5 even without "
             "leakage; with fewer than 1,000 non-members FPR 0.1% means zero false positives. "
-            "Audited eps: one-run lower bound from audit.json.")
+            "Audited eps: one-run lower bound from audit.json. Rows marked [audited] trained with audit canaries, "
+            "which change the released model, so no attack is run on them (\"skipped: audited run\").")
     md = write_table(rows, out / "report_card", f"Privacy report card: {study}", note)
     return md + ("\n![report card](report_card.png)\n" if drew else "")

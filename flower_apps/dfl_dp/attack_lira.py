@@ -91,6 +91,9 @@ def lira_for_run(target: DflDpConfig, s: LiraSettings = LiraSettings()) -> dict:
     """LiRA for one finished target run (its ``final_model.pt``); one row like Table 5's."""
     from flower_apps.dfl_dp.server_app import run_dir
 
+    if target.audit_canaries:  # canary clients' updates are in its aggregate: not the condition's model
+        raise ValueError(f"{target.default_run_name} is an audited run (audit-canaries={target.audit_canaries}); "
+                         "attacks measure unaudited runs only")
     out_path = run_dir(target) / LIRA_FILE
     want = json.loads(json.dumps(asdict(s)))
     if out_path.is_file() and read_json(out_path).get("settings") == want:

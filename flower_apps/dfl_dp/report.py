@@ -41,11 +41,21 @@ def plot_class_counts(counts: np.ndarray, path: Path) -> None:
     save_fig(fig, path)
 
 
-def load_summaries(results_dir: str | Path) -> list[dict]:
-    """Every finished run's summary under ``<results>/dfl-dp/runs``."""
+def is_audited(summary: dict) -> bool:
+    """A run made with ``audit-canaries`` > 0: canary clients were in its cohort (docs/audit.md)."""
+    return bool(summary.get("audit"))
+
+
+def load_summaries(results_dir: str | Path, *, audited: bool = False) -> list[dict]:
+    """The finished target runs' summaries under ``<results>/dfl-dp/runs``: the plain runs, or only the audited ones.
+
+    An audited run is another training run: its canary clients are averaged into the released models
+    and size the noise (N + K/2 members), so its accuracy is never pooled with the plain runs' over seeds.
+    """
     runs = Path(results_dir) / "dfl-dp" / "runs"
     summaries = [read_json(p) for p in sorted(runs.glob("*/summary.json"))]
-    return [s for s in summaries if s.get("data_part", "target") == "target"]  # shadow runs serve the MIA only
+    return [s for s in summaries if s.get("data_part", "target") == "target"  # shadow runs serve the MIA only
+            and is_audited(s) == audited]
 
 
 def condition_of(s: dict) -> str:
@@ -228,10 +238,27 @@ def remove_retired(out: Path, retired: dict[str, str]) -> list[str]:
 def write_report(results_dir: str | Path) -> str:
     """Write tables (CSV + Markdown) and figures under ``<results>/dfl-dp``; return the Markdown."""
     summaries = load_summaries(results_dir)
-    if not summaries:
+    audited = load_summaries(results_dir, audited=True)
+    if not summaries and not audited:
         raise FileNotFoundError(f"no finished dfl-dp runs under {Path(results_dir) / 'dfl-dp' / 'runs'}")
     out = Path(results_dir) / "dfl-dp"
     remove_retired(out, RETIRED)
+    md = _plain_tables(summaries, out) if summaries else ""
+    if audited:  # their own table: canary clients changed what these runs trained and released
+        md += "\n" + write_table(build_rows(audited)[0], out / "table3_utility_audited",
+                                  "Table 3 for the audited runs (canary clients in the cohort, docs/audit.md)",
+                                  "Not comparable with the plain runs' Table 3: the canaries are averaged into the "
+                                  "released models and the noise is sized for N + K/2 members.")
+    from flower_apps.dfl_dp.audit_report import write_audit_table
+
+    audit = write_audit_table(results_dir)  # runs made with --audit (docs/audit.md)
+    md += ("\n" + audit) if audit else ""
+    atomic_write_text(out / "report.md", md)
+    return md
+
+
+def _plain_tables(summaries: list[dict], out: Path) -> str:
+    """Tables 3-4, retention and the figures of the plain (un-audited) runs; returns their Markdown."""
     t3, t4, rd = build_rows(summaries)
     notes = sorted({n for s in summaries for n in s.get("data_notes", [])})
     md = write_table(t3, out / "table3_utility", "Table 3: utility, convergence and privacy")
@@ -247,9 +274,4 @@ def write_report(results_dir: str | Path) -> str:
     _accuracy_vs_eps_figure(summaries, FIG6B_CLIP_NORM, out / "figure6b_accuracy_vs_eps_cal.png")
     if notes:
         md += "\nData: " + " ".join(f"- {n}" for n in notes) + "\n"
-    from flower_apps.dfl_dp.audit_report import write_audit_table
-
-    audit = write_audit_table(results_dir)  # runs made with --audit (docs/audit.md)
-    md += ("\n" + audit) if audit else ""
-    atomic_write_text(out / "report.md", md)
     return md

@@ -65,7 +65,7 @@ ATTACK_EPS_CAL = (0.5, 1.0, 2.0, 3.0, 4.0)
 
 def is_attacked(cfg: DflDpConfig, args: argparse.Namespace) -> bool:
     """No-DP and C = 1 x eps_cal in {0.5, 1, 2, 3, 4} (the paper's attack conditions)."""
-    if not args.attacks:
+    if not args.attacks or cfg.audit_canaries:  # canary clients shape an audited run's model: no attack target
         return False
     return not cfg.dp or (cfg.clip_norm == args.attack_clip_norm and cfg.eps_cal in tuple(args.attack_eps_cal))
 

@@ -23,7 +23,9 @@ study's model and optimizer (Adam, MSE) trained centrally for ``reference_epochs
 adversary mimics the recipe, not the federation.
 
 Input: a finished run folder (``summary.json`` and ``final_model_<setting>.pt`` per setting,
-written by the server app). Output: ``attacks.json`` in the run folder (atomic).
+written by the server app). Output: ``attacks.json`` in the run folder (atomic). A setting trained
+with audit canaries (GDP / PDP of a ``tab-audit-canaries > 0`` run) is not attacked: the canary
+clients' updates are part of its released model, so its rows say "skipped: audited run".
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from torch import nn
 
 from attacks.attribute import attribute_inference_summary
 from attacks.membership import best_loss_threshold, regression_statistic, roc_summary, run_offline_lira
+from flower_apps.common.report_card import AUDITED, is_audited_run, tabular_setting_audited
 from flower_apps.common.results import atomic_write_json, read_json
 from flower_apps.tabular_pdp.config import TabularPdpConfig
 from flower_apps.tabular_pdp.data import client_data, data_key, model_features
@@ -196,24 +199,34 @@ def load_final_model(run_folder: Path, setting: str, in_features: int) -> Severi
 
 def attack_run(run_folder: str | Path, cfg: TabularPdpConfig, settings: AttackSettings = AttackSettings()
                ) -> list[dict]:
-    """Every attack on every setting of one finished run; cached in ``attacks.json`` (same settings)."""
+    """Every attack on every setting of one finished run; cached in ``attacks.json`` (same settings).
+
+    A setting trained with audit canaries gets one row ``{"setting", "skipped": "skipped: audited run"}``.
+    """
     folder = Path(run_folder)
     out = folder / ATTACKS_FILE
-    if out.is_file():
-        cached = read_json(out)
-        if cached.get("settings") == json.loads(json.dumps(asdict(settings))):
-            return cached["rows"]
     summary_path = folder / "summary.json"
     if not summary_path.is_file():
         raise FileNotFoundError(f"{summary_path} missing: the run has not finished")
     summary = read_json(summary_path)
     if not summary.get("settings"):
         raise ValueError(f"{folder} is a drift-detection-only run (no trained settings to attack)")
+    audited = cfg.audit_canaries > 0 or is_audited_run(folder, summary)
+    skip = {k for k, v in summary["settings"].items() if tabular_setting_audited(k, v, audited)}
+    if out.is_file():
+        cached = read_json(out)
+        if cached.get("settings") == json.loads(json.dumps(asdict(settings))) and \
+                skip == {r["setting"] for r in cached["rows"] if r.get("skipped") == AUDITED}:
+            return cached["rows"]
+    rows = [{"setting": k, "seed": cfg.seed, "skipped": AUDITED} for k in summary["settings"] if k in skip]
+    todo = [k for k in summary["settings"] if k not in skip]
+    if not todo:
+        atomic_write_json(out, {"settings": asdict(settings), "rows": rows})
+        return rows
     levels = tuple(summary["levels"])
     t = build_target(cfg, levels, list(summary["participants"]), settings)
     torch.set_num_threads(max(1, min(torch.get_num_threads(), 2)))
-    rows = []
-    for setting in summary["settings"]:
+    for setting in todo:
         model = load_final_model(folder, setting, len(t.features))
         for r in attack_model(model, t, settings):
             r.update(setting=setting, seed=cfg.seed)
@@ -255,7 +268,9 @@ def attack_phase(configs: list[TabularPdpConfig], settings: AttackSettings = Att
             lines.append(f"- {name}: attacks not run ({exc})")
             continue
         best = max((r["auc"] for r in rows if "auc" in r), default=float("nan"))
-        lines.append(f"- {name}: {len(rows)} attack rows, best MIA AUC {best:.3f}")
+        skipped = sorted(r["setting"] for r in rows if r.get("skipped") == AUDITED)
+        lines.append(f"- {name}: {len(rows) - len(skipped)} attack rows, best MIA AUC {best:.3f}"
+                     + (f"; {', '.join(skipped)}: {AUDITED} (canary clients in the aggregate)" if skipped else ""))
     print("\n".join(lines), flush=True)
     md = "\n### Attacks\n\n" + "\n".join(lines) + "\n"
     roots = {Path(c.results_dir) for c in configs if Path(c.results_dir).name != RAW_DATA_DIR}

@@ -20,7 +20,9 @@ image is reported as the attack's cost.
 
 Input: a finished run folder with ``final_model.pt`` (the server app's final global state dict)
 and its config. Output: ``attacks_mia.json``, ``attacks_inversion.json`` and
-``figure_reconstructions.png`` in the run folder (atomic).
+``figure_reconstructions.png`` in the run folder (atomic). An audited run (canary images in
+client 0's training set) is not attacked: its member set is no longer client 0's training images
+and the canaries shaped the released model; it is reported as "skipped: audited run".
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ from attacks.membership import (
     run_shadow_mia,
 )
 from datasets.transforms import IMAGENET_MEAN, IMAGENET_STD, to_model_input, uint8_to_unit
+from flower_apps.common.report_card import AUDITED, is_audited_run
 from flower_apps.common.results import atomic_write_json, read_json
 from flower_apps.ultrasound.data import UltrasoundData
 from flower_apps.ultrasound.train import predict_probs, train_local
@@ -200,12 +203,50 @@ def reconstruction_figure(rows: list[dict], data: UltrasoundData, path: Path, ti
     return save_reconstruction_grid(path, grid, list(INVERSION_ATTACKS), IMAGENET_MEAN, IMAGENET_STD)
 
 
-def attack_run(run_folder: str | Path, cfg, s: UsAttackSettings = UsAttackSettings()) -> dict[str, list[dict]]:
-    """All attacks on one finished federated run (``final_model.pt``); cached per settings."""
-    from flower_apps.ultrasound.data import build_data, data_key
+def model_factory(cfg, num_classes: int) -> Callable[..., nn.Module]:
+    """``make(seed=None)``: the run's architecture in its DP form (keys of ``final_model.pt``);
+    ``make(seed)``: a fresh model started as the run's was (same weights source and DP form), own seed."""
     from flower_apps.ultrasound.models import create_model, model_skeleton
 
+    finetune = cfg.dp_finetune  # how DP-SGD treats BatchNorm (models.DP_FINETUNE): changes the state keys
+
+    def make(seed: int | None = None) -> nn.Module:
+        if seed is None:
+            return model_skeleton(cfg.arch, num_classes, cfg.image_size, cfg.dp_sgd, finetune)
+        return create_model(cfg.arch, num_classes, cfg.image_size, dp=cfg.dp_sgd, pretrained=cfg.pretrained,
+                            weights_dir=cfg.weights_dir, seed=seed, dp_finetune=finetune)[0]
+    return make
+
+
+def load_final_model(run_folder: str | Path, cfg, num_classes: int) -> nn.Module:
+    """The released global model of a finished federated run, in eval mode; clear errors when absent."""
+    path = Path(run_folder) / "final_model.pt"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} missing: the attacks need the final global model "
+                                "(the ultrasound server app must save it as final_model.pt)")
+    model = model_factory(cfg, num_classes)()
+    model.load_state_dict(torch.load(path, map_location="cpu"))  # strict: a key mismatch names the keys
+    return model.eval()
+
+
+def audited(run_folder: str | Path, cfg) -> bool:
+    """Whether the run trained with audit canaries (its config, its run name, or the files it wrote)."""
+    from flower_apps.ultrasound.audit import is_audited
+
+    return (int(getattr(cfg, "audit_canaries", 0) or 0) > 0 or (hasattr(cfg, "run_name") and is_audited(cfg))
+            or is_audited_run(Path(run_folder)))
+
+
+def attack_run(run_folder: str | Path, cfg, s: UsAttackSettings = UsAttackSettings()) -> dict[str, list[dict]]:
+    """All attacks on one finished federated run (``final_model.pt``); cached per settings.
+
+    An audited run is not attacked: ``{"skipped": "skipped: audited run", "mia": [], "inversion": []}``.
+    """
+    from flower_apps.ultrasound.data import build_data, data_key
+
     folder = Path(run_folder)
+    if audited(folder, cfg):
+        return {"skipped": AUDITED, "mia": [], "inversion": []}
     want = json.loads(json.dumps(asdict(s)))
     cached = {}
     for name in (MIA_FILE, INVERSION_FILE):
@@ -214,26 +255,14 @@ def attack_run(run_folder: str | Path, cfg, s: UsAttackSettings = UsAttackSettin
             cached[name] = read_json(p)["rows"]
     if len(cached) == 2:
         return {"mia": cached[MIA_FILE], "inversion": cached[INVERSION_FILE]}
-    path = folder / "final_model.pt"
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} missing: the attacks need the final global model "
+    if not (folder / "final_model.pt").is_file():
+        raise FileNotFoundError(f"{folder / 'final_model.pt'} missing: the attacks need the final global model "
                                 "(the ultrasound server app must save it as final_model.pt)")
     if cfg.mode != "federated":
         raise ValueError(f"attacks target the federated model; {folder} is a {cfg.mode!r} run")
     data = build_data(data_key(cfg))
-
-    finetune = getattr(cfg, "dp_finetune", "groupnorm")  # how DP-SGD treats BatchNorm (models.DP_FINETUNE)
-
-    def make(seed: int | None = None) -> nn.Module:
-        if seed is None:  # the architecture only (weights loaded by the caller)
-            return model_skeleton(cfg.arch, data.num_classes, cfg.image_size, cfg.dp_sgd, finetune)
-        # A reference / shadow model starts as the run's did (same weights source, DP form), own seed.
-        return create_model(cfg.arch, data.num_classes, cfg.image_size, dp=cfg.dp_sgd, pretrained=cfg.pretrained,
-                            weights_dir=cfg.weights_dir, seed=seed, dp_finetune=finetune)[0]
-
-    model = make()
-    model.load_state_dict(torch.load(path, map_location="cpu"))
-    model.eval()
+    make = model_factory(cfg, data.num_classes)
+    model = load_final_model(folder, cfg, data.num_classes)
     mia = cached.get(MIA_FILE) or membership_rows(model, data, Recipe(make, cfg.batch_size, cfg.lr), s)
     atomic_write_json(folder / MIA_FILE, {"settings": want, "rows": mia})
     inv = cached.get(INVERSION_FILE)
@@ -264,6 +293,9 @@ def attack_phase(configs: list, s: UsAttackSettings = UsAttackSettings()) -> str
             res = attack_run(run_dir(cfg), cfg, s)
         except FileNotFoundError as exc:
             lines.append(f"- {name}: attacks not run ({exc})")
+            continue
+        if res.get("skipped"):
+            lines.append(f"- {name}: {res['skipped']} (audit canaries in the training data)")
             continue
         auc = max((r["auc"] for r in res["mia"]), default=float("nan"))
         ssim = max((r["ssim"] for r in res["inversion"]), default=float("nan"))

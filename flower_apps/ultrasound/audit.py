@@ -1,4 +1,7 @@
-"""Empirical example-level audit of the ultrasound study's DP-SGD, in the same training run (``sweep --audit``).
+"""Empirical example-level audit of the ultrasound study's DP-SGD, in the same training run.
+
+Run key ``us-audit-canaries = m`` (> 0) turns it on for a federated run (``flwr run`` or the sweep's
+``--audit``, which only sets the key); ``us-audit-canary`` picks the canary kind.
 
 One-run audit (Steinke, Nasr, Jagielski, NeurIPS 2023; math in :mod:`privacy.audit.example_level`):
 the auditor gives one client (``AUDITED_CLIENT``) m canary examples, each included in its
@@ -20,17 +23,15 @@ Score of a canary: the loss decrease it sees from the released updates, summed o
 (every-update view), or minus its loss under the client's last released model (last-update view).
 
 Composition, not patching: :class:`AuditGrid` is a grid view (like ``strategies.base.FastGrid``)
-that adds the audit request to the audited client's train messages and takes the client's audit
-record out of its replies before the strategy sees them. The client computes the canary losses
-(:func:`client_hook`) because it holds the models; both losses are functions of the model it
+that takes the audited client's audit record out of its replies before the strategy sees them
+(the client reads the request from the run config every message carries). The client computes
+the canary losses (:func:`client_hook`) because it holds the models; both losses are functions of the model it
 received and the model it releases only, so they are exactly what the auditor could compute.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,15 +39,15 @@ import numpy as np
 import torch
 from flwr.app import ConfigRecord
 
-from flower_apps.common.results import atomic_write_json, read_json
+from flower_apps.common.results import atomic_write_json
 from flower_apps.common.tables import write_table
 from flower_apps.config import ConfigError
 from flower_apps.ultrasound.data import build_data, data_key
+from flower_apps.ultrasound.study import CANARY_KINDS
 from flower_apps.ultrasound.train import predict_probs
 from privacy.audit.example_level import audit_from_scores, inclusion_bits
 
 AUDITED_CLIENT = 0
-CANARY_KINDS = ("random-pixels", "mislabelled")
 DEFAULT_CANARIES = 32  # smoke / CPU scale: BUSI clients hold ~40-160 images; more canaries would swamp them
 CONFIDENCE = 0.95
 AUDIT_RECORD = "audit"  # the reply's ConfigRecord the auditor reads (and removes before aggregation)
@@ -55,7 +56,7 @@ _SEED_TAG = 0xA0D17  # separates the canary stream from every other use of the r
 
 @dataclass(frozen=True)
 class AuditRequest:
-    """What the auditor asks of the audited client (carried in its train messages' config)."""
+    """What the auditor asks of the audited client (from the run keys us-audit-canaries / us-audit-canary)."""
 
     canaries: int
     kind: str
@@ -64,20 +65,14 @@ class AuditRequest:
 
     def __post_init__(self) -> None:
         if self.canaries < 2:
-            raise ConfigError(f"--audit: need at least 2 canaries, got {self.canaries}")
+            raise ConfigError(f"us-audit-canaries: need at least 2 canaries, got {self.canaries}")
         if self.kind not in CANARY_KINDS:
-            raise ConfigError(f"--audit-canary: got {self.kind!r}; allowed: {list(CANARY_KINDS)}")
-
-    def to_config(self) -> dict:
-        return {"audit-canaries": self.canaries, "audit-kind": self.kind, "audit-seed": self.seed,
-                "audit-client": self.client}
+            raise ConfigError(f"us-audit-canary: got {self.kind!r}; allowed: {list(CANARY_KINDS)}")
 
     @classmethod
-    def from_config(cls, conf: ConfigRecord) -> "AuditRequest | None":
-        if "audit-canaries" not in conf:
-            return None
-        return cls(int(conf["audit-canaries"]), str(conf["audit-kind"]), int(conf["audit-seed"]),
-                   int(conf["audit-client"]))
+    def of(cls, cfg) -> "AuditRequest | None":
+        """The request of an ultrasound config (None when ``us-audit-canaries`` is 0)."""
+        return cls(cfg.audit_canaries, cfg.audit_canary, cfg.seed) if cfg.audit_canaries else None
 
     def included(self) -> np.ndarray:
         """The auditor's coin flips (the first draws of the canary stream: the same on server and client)."""
@@ -132,10 +127,13 @@ def canary_losses(model: torch.nn.Module, canaries: Canaries, device: torch.devi
     return [float(v) for v in -np.log(np.clip(p[np.arange(len(p)), canaries.y.numpy()], 1e-12, None))]
 
 
-def client_hook(conf: ConfigRecord, cid: int, x: torch.Tensor, y: torch.Tensor, owners: np.ndarray,
+def client_hook(cfg, cid: int, x: torch.Tensor, y: torch.Tensor, owners: np.ndarray,
                 num_classes: int) -> tuple[Canaries | None, torch.Tensor, torch.Tensor, np.ndarray]:
-    """On the client: (canaries or None, training set with the included canaries) for logical client ``cid``."""
-    req = AuditRequest.from_config(conf)
+    """On the client: (canaries or None, training set with the included canaries) for logical client ``cid``.
+
+    Un-audited runs and every client but the audited one get their data back untouched (same objects).
+    """
+    req = AuditRequest.of(cfg)
     if req is None or req.client != cid:
         return None, x, y, owners
     can = make_canaries(req, x, y, num_classes)
@@ -148,39 +146,23 @@ def audit_record(loss_received: list[float], loss_released: list[float]) -> Conf
 
 
 class AuditGrid:
-    """A grid view that carries the audit request to the audited client and collects its canary losses."""
+    """A grid view that takes the audited client's canary losses out of its replies (the strategy never sees them)."""
 
     def __init__(self, grid, req: AuditRequest) -> None:
         self._grid = grid
         self.req = req
-        self._pending: set[str] = set()
         self.rounds: list[tuple[list[float], list[float]]] = []  # (received, released) per round
 
     def __getattr__(self, name: str):  # everything else is the real grid's
         return getattr(self._grid, name)
 
-    def push_messages(self, messages):
-        messages = list(messages)
-        for msg in messages:
-            conf = msg.content.config_records.get("config") if msg.has_content() else None
-            if conf is not None and list(conf.get("client-ids", [])) == [self.req.client]:
-                conf.update(self.req.to_config())  # build_train_messages gives each message its own record
-        ids = list(self._grid.push_messages(messages))
-        for msg, mid in zip(messages, ids):
-            conf = msg.content.config_records.get("config") if msg.has_content() else None
-            if conf is not None and "audit-canaries" in conf:
-                self._pending.add(mid)
-        return ids
-
     def pull_messages(self, message_ids):
         got = list(self._grid.pull_messages(message_ids))
         for msg in got:
-            mid = msg.metadata.reply_to_message_id
-            if mid in self._pending and msg.has_content() and AUDIT_RECORD in msg.content.config_records:
+            if msg.has_content() and AUDIT_RECORD in msg.content.config_records:
                 rec = msg.content.config_records[AUDIT_RECORD]
                 self.rounds.append((list(rec["loss-received"]), list(rec["loss-released"])))
                 del msg.content[AUDIT_RECORD]  # the strategy sees the reply it would see without the audit
-                self._pending.discard(mid)
         return got
 
 
@@ -212,67 +194,49 @@ def run_audit(req: AuditRequest, rounds: list[tuple[list[float], list[float]]], 
 def check_auditable(cfg, req: AuditRequest) -> None:
     """Refuse, before any work, a run the audit cannot observe."""
     if cfg.mode != "federated":
-        raise ConfigError(f"--audit: {cfg.mode!r} runs release no client update the auditor can see; "
+        raise ConfigError(f"us-audit-canaries: {cfg.mode!r} runs release no client update the auditor can see; "
                           "only federated runs are audited")
     if req.client >= cfg.num_clients:
-        raise ConfigError(f"--audit: audited client {req.client} is not among the {cfg.num_clients} clients")
+        raise ConfigError(f"us-audit-canaries: audited client {req.client} is not among the {cfg.num_clients} clients")
     if req.kind == "mislabelled":
         n = len(build_data(data_key(cfg)).client_train[req.client])
         if req.canaries > n // 2:
-            raise ConfigError(f"--audit: {req.canaries} mislabelled canaries need >= {2 * req.canaries} "
+            raise ConfigError(f"us-audit-canaries: {req.canaries} mislabelled canaries need >= {2 * req.canaries} "
                               f"training images on client {req.client}; it has {n}")
 
 
-def audited_name(cfg, req: AuditRequest) -> str:
-    """The folder of an audited run: the canaries change the training set, so never the un-audited run's."""
-    return f"{cfg.run_name or cfg.default_run_name}_audit-{req.kind}-m{req.canaries}"
-
-
-def audited_config(cfg, req: AuditRequest):
-    return dataclasses.replace(cfg, run_name=audited_name(cfg, req)) if cfg.mode == "federated" else cfg
-
-
 def is_audited(cfg) -> bool:
-    return "_audit-" in (cfg.run_name or "")
+    return bool(getattr(cfg, "audit_canaries", 0))
 
 
-def audited_server_main(server_main: Callable, run_dir: Callable[[object], Path],
-                        req_of: Callable[[object], AuditRequest]) -> Callable:
-    """``server_main`` with the audit around it for audited configs (others run unchanged).
+def audit_grid(grid, cfg) -> AuditGrid | None:
+    """The server's grid view for an audited run (None for others), after refusing what cannot be audited."""
+    req = AuditRequest.of(cfg)
+    if req is None:
+        return None
+    check_auditable(cfg, req)
+    return AuditGrid(grid, req)
 
-    Writes ``audit.json`` and ``audit.md``/``.csv`` into the run folder and adds ``audit`` to summary.json.
+
+def write_audit(out: Path, cfg, view: AuditGrid, accounting: dict | None) -> dict:
+    """Score the canaries, write ``audit.json`` and ``audit.md``/``.csv`` into ``out``; return summary.json's ``audit``.
+
+    Called before summary.json is written (its presence marks the run complete, audit included).
     """
-
-    def main(grid, cfg) -> dict:
-        if not is_audited(cfg):
-            return server_main(grid, cfg)
-        req = req_of(cfg)
-        check_auditable(cfg, req)
-        view = AuditGrid(grid, req)
-        summary = server_main(view, cfg)
-        acc = summary.get("accounting") or {}
-        eps_formal = next((r["eps_rdp"] for r in acc.get("per_client", []) if r["client"] == req.client), None)
-        res = run_audit(req, view.rounds, cfg.delta, eps_formal)
-        out = run_dir(cfg)
-        atomic_write_json(out / "audit.json", res)
-        write_table([{"threat model": v, "eps formal (RDP)": "no DP" if eps_formal is None else eps_formal,
-                      "eps audited lower bound": a["eps_lower"], "eps point (guess accuracy)": a["eps_point"],
-                      "eps point (Gaussian fit)": a["eps_gaussian_fit"], "guesses": a["guesses"],
-                      "correct": a["correct"], "k+": a["k_plus"], "k-": a["k_minus"]}
-                     for v, a in res["threat_models"].items()], out / "audit",
-                    f"Empirical audit of client {req.client}'s DP-SGD: {req.canaries} {req.kind} canaries, "
-                    f"delta = {cfg.delta}", f"Lower bound at {CONFIDENCE:.0%} confidence (Bonferroni over the "
-                    "(k+, k-) choices); the point estimates carry no confidence.")
-        summary = {**read_json(out / "summary.json"), "audit": res}
-        atomic_write_json(out / "summary.json", summary)
-        return summary
-
-    return main
-
-
-def audit_complete(is_complete: Callable[[object], bool], run_dir: Callable[[object], Path]) -> Callable:
-    """A run counts as done only with its audit (a crash between summary and audit reruns it)."""
-    return lambda cfg: is_complete(cfg) and (not is_audited(cfg) or (run_dir(cfg) / "audit.json").is_file())
+    req = view.req
+    eps_formal = next((r["eps_rdp"] for r in (accounting or {}).get("per_client", []) if r["client"] == req.client),
+                      None)
+    res = run_audit(req, view.rounds, cfg.delta, eps_formal)
+    atomic_write_json(out / "audit.json", res)
+    write_table([{"threat model": v, "eps formal (RDP)": "no DP" if eps_formal is None else eps_formal,
+                  "eps audited lower bound": a["eps_lower"], "eps point (guess accuracy)": a["eps_point"],
+                  "eps point (Gaussian fit)": a["eps_gaussian_fit"], "guesses": a["guesses"],
+                  "correct": a["correct"], "k+": a["k_plus"], "k-": a["k_minus"]}
+                 for v, a in res["threat_models"].items()], out / "audit",
+                f"Empirical audit of client {req.client}'s DP-SGD: {req.canaries} {req.kind} canaries, "
+                f"delta = {cfg.delta}", f"Lower bound at {CONFIDENCE:.0%} confidence (Bonferroni over the "
+                "(k+, k-) choices); the point estimates carry no confidence.")
+    return res
 
 
 AUDIT_NOTE = ("eps audited >=: one-run lower bound (Steinke et al. 2023) at 95% confidence on client 0's DP-SGD, "

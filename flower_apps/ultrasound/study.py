@@ -17,6 +17,7 @@ ACTION = "ultrasound"
 ALGORITHMS = ("fedavg", "fedprox", "fedadam")
 MODES = ("federated", "centralized", "local")
 PARTITIONS = ("iid", "non-iid", "label", "quantity", "feature")
+CANARY_KINDS = ("random-pixels", "mislabelled")  # the one-run DP-SGD audit's canaries (flower_apps/ultrasound/audit.py)
 
 KEYS = KeyTable(STUDY, (
     COMMON_KEYS["dataset"].refine(choices=ULTRASOUND_SOURCES),
@@ -55,4 +56,11 @@ KEYS = KeyTable(STUDY, (
     Key("us-weights-dir", "", str, field="weights_dir", doc="where pretrained weights are ('' = the caches)"),
     Key("us-synthetic-fallback", False, bool, field="synthetic_fallback",
         doc="smoke only: labelled synthetic images when BUSI is absent"),
+    SHARED_KEYS["node-local-data"],
+    SHARED_KEYS["eval-data-path"],
+    Key("us-audit-canaries", 0, int, ge=0, field="audit_canaries",
+        doc="one-run empirical DP-SGD audit of client 0 (federated runs): canary examples, half inserted; "
+            "0 = no audit (docs/audit.md)"),
+    Key("us-audit-canary", "random-pixels", str, choices=CANARY_KINDS, field="audit_canary",
+        doc="audit canaries: random-pixel images with random labels, or mislabelled images of client 0"),
 ))

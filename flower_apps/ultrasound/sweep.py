@@ -25,7 +25,7 @@ from flower_apps.studies import STUDIES
 from flower_apps.ultrasound import audit
 from flower_apps.ultrasound.config import ALGORITHMS, MODES, UltrasoundConfig
 from flower_apps.ultrasound.report import write_report
-from flower_apps.ultrasound.server_app import is_complete, run_dir, server_main
+from flower_apps.ultrasound.server_app import is_complete, server_main
 
 METHODS = ("fedavg", "fedprox", "fedadam", "centralized", "local")
 PAPER_ABLATION_C = (0.5, 1.0, 1.5, 2.0)
@@ -117,18 +117,14 @@ def build_configs(args: argparse.Namespace) -> list[UltrasoundConfig]:
     configs, seen = [], set()
     for run in run_specs(grid, args):
         cfg = spec.build_config(run_keys(knobs, run))
+        if args.audit and cfg.mode == "federated":  # --audit only sets the run keys (flower_apps/ultrasound/audit.py)
+            cfg = spec.build_config(run_keys(knobs, {**run, "us-audit-canaries": args.audit,
+                                                     "us-audit-canary": args.audit_canary}))
+            audit.check_auditable(cfg, audit.AuditRequest.of(cfg))  # refused here, before the simulation starts
         if cfg.default_run_name not in seen:
             seen.add(cfg.default_run_name)
-            configs.append(audit.audited_config(cfg, _audit_request(args, cfg)) if args.audit else cfg)
+            configs.append(cfg)
     return configs
-
-
-def _audit_request(args: argparse.Namespace, cfg: UltrasoundConfig) -> audit.AuditRequest:
-    """--audit M: M canaries on client 0 of each federated run (flower_apps/ultrasound/audit.py)."""
-    req = audit.AuditRequest(args.audit, args.audit_canary, cfg.seed)
-    if cfg.mode == "federated":
-        audit.check_auditable(cfg, req)  # refused here, before the simulation starts
-    return req
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -155,7 +151,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         "DLG / iDLG / InvGrad on single-example and DP-SGD gradients) and write the report card")
     p.add_argument("--audit", type=int, nargs="?", const=audit.DEFAULT_CANARIES, default=0, metavar="M",
                    help=f"one-run empirical DP-SGD audit of client {audit.AUDITED_CLIENT} in every federated run, "
-                        f"M canaries (default {audit.DEFAULT_CANARIES}); audited runs get their own folders")
+                        f"M canaries (default {audit.DEFAULT_CANARIES}): sets the run key us-audit-canaries; "
+                        "audited runs get their own folders")
     p.add_argument("--audit-canary", choices=audit.CANARY_KINDS, default="random-pixels",
                    help="input-space canaries: random-pixel images with random labels, or mislabelled client images")
     return p.parse_args(argv)
@@ -163,7 +160,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    return sweep_main("ultrasound", args.grid, lambda: build_configs(args), audit.audit_complete(is_complete, run_dir),
+    return sweep_main("ultrasound", args.grid, lambda: build_configs(args), is_complete,
                       lambda p: _run(p, args),
                       lambda configs: write_report(args.results_dir) + _attacks(configs, args),
                       Path(args.results_dir) / "ultrasound",
@@ -184,8 +181,7 @@ def _run(pending: list[UltrasoundConfig], args: argparse.Namespace) -> None:
 
     nodes = max(c.num_clients for c in pending)
     num_gpus = args.num_gpus if args.num_gpus is not None else (1.0 / nodes if torch.cuda.is_available() else 0.0)
-    main_fn = audit.audited_server_main(server_main, run_dir, lambda c: _audit_request(args, c))
-    run_pending(pending, main_fn, audit.audit_complete(is_complete, run_dir), nodes=nodes, num_cpus=args.num_cpus,
+    run_pending(pending, server_main, is_complete, nodes=nodes, num_cpus=args.num_cpus,
                 num_gpus=num_gpus,
                 describe=lambda s: f"acc {s['test_accuracy']:.4f}")
 

@@ -71,6 +71,8 @@ class UdflConfig:
     run_name: str
     preset: str
     round_timeout: float  # wall seconds the ServerApp waits for one phase's replies
+    node_local_data: bool = False  # deployment: SuperNodes train on their data-path (flower_apps/common/node_data.py)
+    eval_data_path: str = ""  # with node_local_data: the coordinator's test set, on which it evaluates every node
 
     def to_json(self) -> str:
         """Serialized form carried in every message."""

@@ -90,6 +90,7 @@ class World:
                                      degree=cfg.degree, latency=cfg.latency)
             self.topology = self.sim.topology
         self.alive = set(range(cfg.num_nodes))
+        self.absent: set[int] = set()  # deployment: nodes whose data no SuperNode holds (never rejoin)
         self._inbox_pos: dict[int, int] = dict.fromkeys(range(cfg.num_nodes), 0)
         self._node_obj: dict[int, object] = dict(self.sim.nodes) if self.sim else {}
         self._msg: dict[bytes, tuple[int, int, int]] = {}  # message id -> (src, dst, round)
@@ -99,9 +100,21 @@ class World:
         """Topology neighbours currently believed alive (the node's learning peers this round)."""
         return [j for j in self.topology.neighbours(node) if j in self.alive]
 
+    def exclude(self, nodes) -> None:
+        """Nodes absent for the whole run (a deployment whose SuperNode holds no usable data for them).
+
+        They leave before the first round, as crashed nodes (peers route around them), and never rejoin.
+        """
+        for i in sorted(set(nodes) & self.alive):
+            self.alive.discard(i)
+            self.absent.add(i)
+            if self.sim is not None:
+                self.sim.leave(i)
+
     def rejoin(self) -> list[int]:
         """Start of a round: each departed node comes back with probability ``churn-join``."""
-        back = sorted(i for i in set(range(self.cfg.num_nodes)) - self.alive if self.rng.random() < self.cfg.churn_join)
+        back = sorted(i for i in set(range(self.cfg.num_nodes)) - self.alive - self.absent
+                      if self.rng.random() < self.cfg.churn_join)
         for i in back:
             self.alive.add(i)
             if self.sim is not None:

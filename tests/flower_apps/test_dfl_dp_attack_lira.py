@@ -52,3 +52,20 @@ def test_untrained_target_stays_near_chance():
 def test_settings_are_checked():
     with pytest.raises(ValueError, match="num_reference"):
         LiraSettings(num_reference=1)
+
+
+def test_audited_runs_are_no_attack_target(tmp_path):
+    """Canary clients' updates are part of an audited run's model: the sweep does not attack it, LiRA refuses it."""
+    import argparse
+
+    from flower_apps.dfl_dp.attack_lira import lira_for_run
+    from flower_apps.dfl_dp.config import KEYS, PRESETS, build_config
+    from flower_apps.dfl_dp.sweep import ATTACK_EPS_CAL, is_attacked
+
+    base = {**KEYS.defaults(), **PRESETS["smoke"], "study": "dfl-dp", "preset": "smoke", "results-dir": str(tmp_path),
+            "dp": True, "clip-norm": 1.0, "eps-cal": 2.0}
+    args = argparse.Namespace(attacks=True, attack_clip_norm=1.0, attack_eps_cal=list(ATTACK_EPS_CAL))
+    plain, audited = build_config(base), build_config({**base, "audit-canaries": 4})
+    assert is_attacked(plain, args) and not is_attacked(audited, args)
+    with pytest.raises(ValueError, match="audited run"):
+        lira_for_run(audited, LiraSettings(num_reference=2, epochs=1))

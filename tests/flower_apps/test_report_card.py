@@ -8,7 +8,16 @@ from pathlib import Path
 
 import pytest
 
-from flower_apps.common.report_card import NOT_RUN, audited_epsilon, build_card, collect_tabular_pdp, write_card
+from flower_apps.common.report_card import (
+    AUDITED,
+    NOT_RUN,
+    audited_epsilon,
+    build_card,
+    collect_tabular_pdp,
+    collect_ultrasound,
+    is_audited_run,
+    write_card,
+)
 from flower_apps.report import main, write_page
 
 
@@ -71,7 +80,9 @@ def test_cards_of_a_synthetic_tree(tmp_path):
     nodp, dp = dfl[1], dfl[2]
     assert "91.00 +- 1.41" in nodp and "inf (no DP)" in nodp and "lira-offline" in nodp
     assert "0.700 +- 0.000" in nodp and "0.800" in nodp  # LiRA beats the threshold; best inversion SSIM
-    assert "6.3" in dp and "1.100 +- 0.000" in dp and NOT_RUN in dp  # audited eps; the DP runs had no attack
+    # the DP runs were audited (audit.json): their own rows, audited eps, attack cells say why they are empty
+    assert dp.startswith('"fl: C=1, eps_cal=2 [audited]"') and "6.3" in dp and "1.100 +- 0.000" in dp
+    assert dp.count(AUDITED) == 4 and NOT_RUN not in dp
     tab = (tmp_path / "tabular-pdp" / "report_card.md").read_text()
     assert "vanilla (anonymized)" in tab and "0.250" in tab and "gdp (anonymized)" in tab
     assert "| vanilla (raw) | 1 | 0.450 |" in tab
@@ -94,6 +105,33 @@ def test_audit_and_missing_parts(tmp_path):
     with pytest.raises(FileNotFoundError, match="no finished runs"):
         write_card("ultrasound", tmp_path / "empty")
     assert main(["--results-dir", str(tmp_path / "absent")]) == 2
+
+
+def test_audited_runs_get_their_own_rows_and_no_attack_numbers(tmp_path):
+    """Canaries change the released model: an audited run's attack files (if any) are never read."""
+    tab = tmp_path / "tabular-pdp" / "runs"
+    mia = {"auc": 0.9, "tpr_at_fpr_0.001": 0.5, "attack": "lira-offline"}
+    for name, canaries in (("plain", 0), ("audited", 4)):
+        _put(tab / name / "config.json", {"audit_canaries": canaries})
+        _put(tab / name / "summary.json", {"seed": 0, "levels": [2, 1, 0, 0], "settings": {
+            "vanilla": {"final_mae": 0.5}, "gdp": {"final_mae": 0.7 + canaries / 100, "eps_rdp_max": 3.0}}})
+        _put(tab / name / "attacks.json", {"rows": [{**mia, "setting": k} for k in ("vanilla", "gdp")]})
+    _put(tab / "audited" / "audit.json", {"gdp": {"eps_lower": 0.8}})
+    assert not is_audited_run(tab / "plain") and is_audited_run(tab / "audited")
+    rows = {r["condition"]: r for r in build_card("tabular-pdp", collect_tabular_pdp(tmp_path / "tabular-pdp"))}
+    assert sorted(rows) == ["gdp (anonymized)", "gdp (anonymized) [audited]", "vanilla (anonymized)"]
+    audited, plain = rows["gdp (anonymized) [audited]"], rows["gdp (anonymized)"]
+    assert audited["test MAE (lower is better)"].startswith("0.740") and audited["audited eps (lower bound)"] != NOT_RUN
+    assert audited["MIA AUC (best attack)"] == audited["best MIA attack"] == AUDITED
+    assert plain["MIA AUC (best attack)"].startswith("0.900") and plain["audited eps (lower bound)"] == NOT_RUN
+    # vanilla of the audited run trained without canaries: both runs' vanilla models count
+    assert rows["vanilla (anonymized)"]["seeds"] == 2 and rows["vanilla (anonymized)"]["MIA AUC (best attack)"] != AUDITED
+    us = tmp_path / "ultrasound" / "runs" / "fedavg_audit"  # ultrasound: audit in summary.json
+    _put(us / "summary.json", {"seed": 0, "method": "fedavg", "arch": "a", "task": "t", "partition": "iid",
+                               "dp_sgd": False, "test_accuracy": 0.7, "audit": {"eps_lower": 0.0}})
+    _put(us / "attacks_mia.json", {"rows": [mia]})
+    (rec,) = collect_ultrasound(tmp_path / "ultrasound")
+    assert rec["condition"].endswith("[audited]") and "mia_auc" not in rec and rec["attack_skipped"] == AUDITED
 
 
 @pytest.mark.slow

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import csv
+
 import numpy as np
 import pytest
 import torch
@@ -81,3 +83,62 @@ def test_attack_run_needs_the_saved_models(tmp_path, target):
     rows = attack_run(tmp_path, cfg, SMALL)
     assert {r["setting"] for r in rows} == {"vanilla"} and (tmp_path / "attacks.json").is_file()
     assert attack_run(tmp_path, cfg, SMALL) == rows  # cached
+
+
+def test_audited_settings_are_skipped_and_vanilla_still_attacked(tmp_path, target):
+    """Canary clients share the GDP / PDP aggregate of an audited run: those models are no target."""
+    _, t = target
+    cfg = config_for("smoke", **{"tab-features": FEATURES, "num-clients": 3, "tab-audit-canaries": 4})
+    (tmp_path / "summary.json").write_text('{"settings": {"vanilla": {}, "gdp": {"audit": {"eps_lower": 0.1}}}, '
+                                           '"levels": [2, 1, 0, 0], "participants": [0, 1, 2]}')
+    torch.save(_overfit(t, 300).state_dict(), model_path(tmp_path, "vanilla"))  # no gdp model: never loaded
+    rows = attack_run(tmp_path, cfg, SMALL)
+    assert [r for r in rows if r["setting"] == "gdp"] == [{"setting": "gdp", "seed": cfg.seed,
+                                                           "skipped": "skipped: audited run"}]
+    assert {r["attack"] for r in rows if r["setting"] == "vanilla"} >= {"loss-threshold-shadow", "lira-offline"}
+
+
+def test_smoke_run_saves_final_models_the_attacks_load(tmp_path, fake_grid_cls):
+    """server_main (in-process grid) -> final_model_<setting>.pt -> the adapter's model, attacks, report card.
+
+    The reloaded model reproduces the run's own final test MAE (pooled over the participants' test
+    rows), so the file is the released global model, not an earlier or a client's one.
+    """
+    from flower_apps.common.report_card import write_card
+    from flower_apps.common.results import read_json
+    from flower_apps.tabular_pdp.attacks import load_final_model, predict
+    from flower_apps.tabular_pdp.client_app import train
+    from flower_apps.tabular_pdp.data import client_data, data_key
+    from flower_apps.tabular_pdp.model import SeverityMLP
+    from flower_apps.tabular_pdp.server_app import run_dir, server_main
+
+    torch.set_num_threads(1)
+    cfg = config_for("smoke", **{"num-clients": 3, "num-rounds": 1, "local-epochs": 1, "tab-levels": "2,1,0,0",
+                                 "results-dir": str(tmp_path)})
+    s = server_main(fake_grid_cls(list(range(3)), lambda node, msg: train(msg, None)), cfg)
+    folder = run_dir(cfg)
+    assert sorted(p.name for p in folder.glob("final_model_*.pt")) == [f"final_model_{k}.pt" for k in
+                                                                        ("gdp", "pdp", "vanilla")]
+    n_in = len(s["model_inputs"])
+    test = [client_data(data_key(cfg), c, tuple(s["levels"]), cfg.k, cfg.features, cfg.test_fraction, cfg.seed)
+            for c in s["participants"]]
+    x = np.concatenate([d.x_test.numpy() for d in test])
+    y = np.concatenate([d.y_test.numpy() for d in test])
+    maes = {}
+    for setting, v in s["settings"].items():
+        state = torch.load(model_path(folder, setting), map_location="cpu")
+        assert list(state) == list(SeverityMLP(n_in).state_dict())  # the keys the adapter's model has
+        maes[setting] = float(np.mean(np.abs(predict(load_final_model(folder, setting, n_in), x) - y)))
+        assert maes[setting] == pytest.approx(v["final_mae"], rel=1e-4), setting
+    assert len(set(maes.values())) == 3  # three different released models
+    tiny = AttackSettings(max_candidates=32, pool_rows=64, num_reference=2, reference_epochs=2)
+    rows = attack_run(folder, cfg, tiny)
+    assert {(r["setting"], r["attack"]) for r in rows if "auc" in r} == {
+        (k, a) for k in ("vanilla", "gdp", "pdp") for a in ("loss-threshold-shadow", "lira-offline")}
+    write_card("tabular-pdp", tmp_path / "tabular-pdp")
+    with open(tmp_path / "tabular-pdp" / "report_card.csv", newline="") as fh:
+        card = {r["condition"]: r for r in csv.DictReader(fh)}
+    assert sorted(card) == ["gdp (anonymized)", "pdp (anonymized)", "vanilla (anonymized)"]
+    for setting, row in card.items():  # every attack cell filled from attacks.json
+        assert row["MIA AUC (best attack)"] != "not run" and row["attribute inference adv. over prior"] != "not run"
+    assert read_json(folder / "attacks.json")["rows"] == rows

@@ -99,3 +99,45 @@ def test_dp_sgd_view_hides_the_image(tmp_path):
 def test_attack_run_names_the_missing_model(tmp_path):
     with pytest.raises(FileNotFoundError, match="final_model.pt"):
         attack_run(tmp_path, object(), SMALL)
+
+
+@pytest.mark.parametrize("dp_sgd,finetune", [(True, "frozen-bn"), (True, "groupnorm")])
+def test_server_saves_the_final_model_the_attacks_load(tmp_path, fake_grid_cls, dp_sgd, finetune):
+    """server_main (in-process grid, tiny synthetic run) -> final_model.pt -> the adapter's model.
+
+    The adapter's skeleton takes the saved state strictly (same keys: frozen BN keeps BatchNorm's
+    buffers, GroupNorm drops them) and reproduces the run's own final test accuracy and confusion.
+    """
+    from flwr.app import Context, RecordDict
+
+    from flower_apps.common.results import read_json
+    from flower_apps.config import RUN_CONFIG_DEFAULTS
+    from flower_apps.router import prepare
+    from flower_apps.ultrasound import client_app
+    from flower_apps.ultrasound.attacks import load_final_model, model_factory
+    from flower_apps.ultrasound.data import build_data, data_key
+    from flower_apps.ultrasound.server_app import run_dir, server_main
+    from flower_apps.ultrasound.train import evaluate
+
+    _, cfg = prepare({**RUN_CONFIG_DEFAULTS, "study": "ultrasound", "preset": "smoke", "dataset": "synthetic",
+                      "num-clients": 2, "num-rounds": 1, "local-epochs": 1, "data-fraction": 0.25,
+                      "us-image-size": 32, "us-pretrained": False, "us-dp-sgd": dp_sgd, "us-dp-finetune": finetune,
+                      "results-dir": str(tmp_path)})
+    grid = fake_grid_cls([101, 102], lambda node, msg: client_app.train(msg, Context(1, node, {}, RecordDict(), {})))
+    s = server_main(grid, cfg)
+    folder = run_dir(cfg)
+    data = build_data(data_key(cfg))
+    state = torch.load(folder / "final_model.pt", map_location="cpu")
+    assert list(state) == list(model_factory(cfg, data.num_classes)().state_dict())
+    assert any(k.endswith("running_mean") for k in state) == (finetune == "frozen-bn")
+    model = load_final_model(folder, cfg, data.num_classes)
+    final = evaluate(model, data.x["test"], data.y["test"], torch.device("cpu"))
+    assert final["accuracy"] == pytest.approx(s["test_accuracy"], abs=1e-9)
+    assert np.asarray(final["confusion"]).tolist() == read_json(folder / "summary.json")["confusion"]
+
+
+def test_audited_run_is_skipped(tmp_path):
+    """A run trained with audit canaries (audit.json in its folder) is reported, never attacked."""
+    (tmp_path / "audit.json").write_text("{}")
+    assert attack_run(tmp_path, object(), SMALL) == {"skipped": "skipped: audited run", "mia": [], "inversion": []}
+    assert not (tmp_path / "attacks_mia.json").exists()

@@ -1,8 +1,7 @@
-"""The ultrasound study's one-run DP-SGD audit: canaries, the grid view, scores, and `sweep --audit` end to end."""
+"""The ultrasound study's one-run DP-SGD audit: canaries, the grid view, scores, the run keys, `sweep --audit` end to end."""
 
 from __future__ import annotations
 
-import dataclasses
 from types import SimpleNamespace
 
 import numpy as np
@@ -14,6 +13,13 @@ from flower_apps.common.results import read_json
 from flower_apps.config import ConfigError
 from flower_apps.ultrasound import audit
 from flower_apps.ultrasound.audit import AuditGrid, AuditRequest, make_canaries, scores
+
+
+def _cfg(**keys):
+    """The config `flwr run --run-config "study='ultrasound' preset='smoke' ..."` would build."""
+    from flower_apps.router import prepare
+
+    return prepare({"study": "ultrasound", "preset": "smoke", **keys})[1]
 
 
 def _client_data(n: int = 20, size: int = 8, classes: int = 3):
@@ -57,16 +63,36 @@ def test_requests_and_runs_the_audit_cannot_observe_are_refused():
         audit.check_auditable(SimpleNamespace(mode="centralized", num_clients=4), req)
     with pytest.raises(ConfigError, match="not among the 1 clients"):
         audit.check_auditable(SimpleNamespace(mode="federated", num_clients=1), AuditRequest(8, "random-pixels", 0, 3))
+    # the run keys refuse the same before any work (flwr run path)
+    with pytest.raises(ConfigError, match="us-audit-canaries: the audit needs at least 2 canaries"):
+        _cfg(**{"us-audit-canaries": 1})
+    with pytest.raises(ConfigError, match="only federated runs are audited"):
+        _cfg(**{"us-audit-canaries": 8, "us-mode": "centralized"})
+    with pytest.raises(ConfigError, match="us-audit-canary"):
+        _cfg(**{"us-audit-canaries": 8, "us-audit-canary": "dirac"})
+
+
+def test_audit_keys_leave_plain_runs_as_they_were_and_give_audited_runs_their_own_folder_and_hash():
+    from flower_apps.common.results import config_hash
+
+    plain, audited = _cfg(), _cfg(**{"us-audit-canaries": 16})
+    assert "audit_canaries" not in plain.effective() and "audit_canary" not in plain.effective()
+    assert config_hash(plain.effective()) != config_hash(audited.effective())
+    assert audited.default_run_name == plain.default_run_name + "_audit-random-pixels-m16"
+    assert AuditRequest.of(plain) is None and AuditRequest.of(audited) == AuditRequest(16, "random-pixels", plain.seed)
+    assert audit.audit_grid(object(), plain) is None and isinstance(audit.audit_grid(object(), audited), AuditGrid)
 
 
 def test_client_hook_only_touches_the_audited_client():
     x, y, owners = _client_data()
-    conf = ConfigRecord({"client-ids": [1], **AuditRequest(4, "random-pixels", 0).to_config()})
-    can, x1, y1, _ = audit.client_hook(conf, 1, x, y, owners, 3)
+    cfg = _cfg(**{"us-audit-canaries": 4})
+    can, x1, y1, _ = audit.client_hook(cfg, 1, x, y, owners, 3)
     assert can is None and x1 is x
-    can, x0, _, _ = audit.client_hook(conf, 0, x, y, owners, 3)
+    can, x0, _, _ = audit.client_hook(cfg, 0, x, y, owners, 3)
     assert can is not None and len(x0) == len(x) + int(can.included.sum())
-    assert audit.client_hook(ConfigRecord({"client-ids": [0]}), 0, x, y, owners, 3)[0] is None
+    assert np.array_equal(can.included, AuditRequest.of(cfg).included())  # the server's coin flips
+    can, x2, y2, o2 = audit.client_hook(_cfg(), 0, x, y, owners, 3)  # un-audited: untouched, same objects
+    assert can is None and x2 is x and y2 is y and o2 is owners
 
 
 class _Msg:
@@ -92,7 +118,7 @@ class _FakeGrid:
         out = []
         for i, msg in enumerate(self.pushed):
             content = RecordDict({"metrics": ConfigRecord({"x": 1})})
-            if "audit-canaries" in msg.content["config"]:
+            if list(msg.content["config"]["client-ids"]) == [0]:  # the audited client answers with its record
                 content[audit.AUDIT_RECORD] = audit.audit_record([2.0, 1.0], [1.5, 1.2])
             out.append(_Msg(content, reply_to=f"id{i}"))
         return out
@@ -101,11 +127,11 @@ class _FakeGrid:
         return [1, 2]
 
 
-def test_grid_view_asks_only_the_audited_client_and_hides_its_record_from_the_strategy():
+def test_grid_view_collects_the_audited_clients_losses_and_hides_its_record_from_the_strategy():
     view = AuditGrid(_FakeGrid(), AuditRequest(2, "random-pixels", 0))
     msgs = [_Msg(RecordDict({"config": ConfigRecord({"client-ids": [c], "run-config": "{}"})})) for c in (0, 1)]
-    ids = view.push_messages(msgs)
-    assert "audit-canaries" in msgs[0].content["config"] and "audit-canaries" not in msgs[1].content["config"]
+    ids = view.push_messages(msgs)  # delegated: the messages go out as the strategy built them
+    assert all(set(m.content["config"].keys()) == {"client-ids", "run-config"} for m in msgs)
     replies = view.pull_messages(ids)
     assert all(audit.AUDIT_RECORD not in r.content for r in replies)  # the strategy sees plain replies
     assert view.rounds == [([2.0, 1.0], [1.5, 1.2])] and view.get_node_ids() == [1, 2]
@@ -121,15 +147,19 @@ def test_scores_per_threat_model_hand_computed():
 
 def test_sweep_audit_runs_the_smoke_pipeline_and_writes_the_numbers(tmp_path):
     # `sweep --audit` at its smallest: one DP-SGD FedAvg run (smoke preset, 1 round), through Flower's simulation.
+    # --audit only sets the run key: the audit runs inside server_main / the ClientApp, as under `flwr run`.
     from flower_apps.ultrasound import sweep
     from flower_apps.ultrasound.report import write_report
+    from flower_apps.ultrasound.server_app import is_complete, run_dir
 
     args = sweep.parse_args(["--grid", "smoke", "--methods", "fedavg", "--no-ablation", "--rounds", "1",
                              "--audit", "16", "--results-dir", str(tmp_path)])
     (cfg,) = [c for c in sweep.build_configs(args) if c.dp_sgd]
-    assert cfg.run_name.endswith("_audit-random-pixels-m16")
+    assert (cfg.audit_canaries, cfg.audit_canary) == (16, "random-pixels")
+    assert cfg.default_run_name.endswith("_audit-random-pixels-m16")
     sweep._run([cfg], args)
-    out = tmp_path / "ultrasound" / "runs" / cfg.run_name
+    out = run_dir(cfg)
+    assert out.name.endswith("_audit-random-pixels-m16") and is_complete(cfg)
     res = read_json(out / "audit.json")
     assert res["canaries"] == 16 and res["rounds_scored"] == 1 and res["eps_formal_rdp"] > 0
     for view in ("every-update", "last-update"):
@@ -137,12 +167,11 @@ def test_sweep_audit_runs_the_smoke_pipeline_and_writes_the_numbers(tmp_path):
         assert 0 <= t["eps_lower"] and 0 < t["guesses"] <= 16 and 0 <= t["correct"] <= t["guesses"]
         # a lower bound above the RDP epsilon would be a bug in DP-SGD or its accounting
         assert t["eps_lower"] <= res["eps_formal_rdp"]
-    assert read_json(out / "summary.json")["audit"] == res
-    assert (out / "audit.md").is_file() and audit.audit_complete(lambda c: True, lambda c: out)(cfg)
+    summary = read_json(out / "summary.json")
+    assert summary["audit"] == res and res["eps_formal_rdp"] == summary["accounting"]["per_client"][0]["eps_rdp"]
+    assert (out / "audit.md").is_file() and audit.is_audited(cfg)
     md = write_report(tmp_path)
     assert "eps audited >= (every-update)" in md and "Empirical DP-SGD audit" in md
-    not_audited = dataclasses.replace(cfg, run_name="")
-    assert not audit.is_audited(not_audited) and audit.is_audited(cfg)
 
 
 def test_cli_refuses_a_bad_audit_before_running(capsys):
