@@ -46,13 +46,9 @@ from flower_apps.common.results import atomic_write_json, read_json
 from flower_apps.tabular_pdp.config import TabularPdpConfig
 from flower_apps.tabular_pdp.data import client_data, data_key, model_features
 from flower_apps.tabular_pdp.model import SeverityMLP, build_model, train_local
+from flower_apps.tabular_pdp.server_app import model_path, run_dir  # model_path re-exported: where the models lie
 
 ATTACKS_FILE = "attacks.json"
-
-
-def model_path(run_folder: Path, setting: str) -> Path:
-    """Where the server app stores the final global model of ``setting`` (a CPU state dict)."""
-    return Path(run_folder) / f"final_model_{setting}.pt"
 
 
 @dataclass(frozen=True)
@@ -254,7 +250,6 @@ def attack_phase(configs: list[TabularPdpConfig], settings: AttackSettings = Att
     A run without saved final models is listed as skipped (its card cells say "not run").
     """
     from flower_apps.common.report_card import write_card
-    from flower_apps.tabular_pdp.server_app import run_dir
 
     lines = []
     for cfg in configs:

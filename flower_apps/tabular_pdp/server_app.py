@@ -49,6 +49,11 @@ SETTING_CODE = {"vanilla": 0, "gdp": 1, "pdp": 2}
 NO_CLIENT = -1  # the audit canaries' pooled weight in the per-client ledger (never a client id)
 
 
+def model_path(run_folder: Path, setting: str) -> Path:
+    """Where the final global model of ``setting`` is stored (a CPU state dict; read by attacks.py)."""
+    return Path(run_folder) / f"final_model_{setting}.pt"
+
+
 def run_dir(cfg: TabularPdpConfig) -> Path:
     """Where a run writes its results."""
     return run_folder("tabular-pdp", cfg)
@@ -117,8 +122,6 @@ def run_setting(grid: Grid, cfg: TabularPdpConfig, setting: str, clients: list[i
                          evaluate_config=phase_config(cfg, "evaluate", levels),
                          evaluate_fn=audit.observe if audit else None)  # the auditor sees the released models
     # The released global model, for the attacks (flower_apps/tabular_pdp/attacks.py) and the report card.
-    from flower_apps.tabular_pdp.attacks import model_path
-
     save_state_dict(record_to_state(result.arrays), model_path(run_dir(cfg), setting))
     rows = []
     for r in range(1, cfg.num_rounds + 1):
