@@ -140,7 +140,7 @@ def test_busi_folder_node_reads_its_layout_and_names_a_missing_class(tmp_path):
     import shutil
 
     shutil.rmtree(site / "c7" / "malignant")
-    with pytest.raises(NodeDataError, match=r"hospital-u: BUSI: expected .*c7 to contain the class folders"):
+    with pytest.raises(NodeDataError, match=r"hospital-u: .*c7: class folder\(s\) \['malignant'\] missing"):
         read_busi_clients(read_manifest(site, "busi-folder"))
 
 
