@@ -51,33 +51,36 @@ def _cpu_row(metric: str, plain_wall: list[float], cpu_audited: list[float], cpu
             "target": TARGET_RATIO, "met": (ref + extra) / ref <= TARGET_RATIO}
 
 
-def dfl_dp_pairs(results: str, canaries: int, rounds: int, repeats: int) -> list[dict]:
-    """dfl-dp smoke preset (N = 10, mnist-5k), C = 1, eps_cal = 2: FL and sequential DFL, with/without audit."""
+def dfl_dp_pairs(results: str, canaries: int, rounds: int | None, repeats: int, preset: str = "smoke") -> list[dict]:
+    """dfl-dp ``preset`` (smoke: N = 10; reduced, the CPU-scale one: N = 100, T = 20), C = 1, eps_cal = 2:
+    FL and sequential DFL, with and without the audit. ``rounds`` None: the preset's own."""
     from flower_apps.dfl_dp.server_app import server_main
     from flower_apps.router import prepare
     from flower_apps.runner import run_many_in_process
 
-    configs = [prepare({"study": "dfl-dp", "preset": "smoke", "num-rounds": 1, "results-dir": results,
+    tag = "" if preset == "smoke" else f"_{preset}"
+    per_run = {} if rounds is None else {"num-rounds": rounds}
+    configs = [prepare({"study": "dfl-dp", "preset": preset, "num-rounds": 1, "results-dir": results,
                         "run-name": "warmup"})[1]]
     for r in range(repeats):
         for fw in ("fl", "sequential-dfl"):
             for k in (0, canaries):
-                configs.append(prepare({"study": "dfl-dp", "preset": "smoke", "framework": fw, "num-rounds": rounds,
-                                        "audit-canaries": k, "results-dir": results,
+                configs.append(prepare({"study": "dfl-dp", "preset": preset, "framework": fw, **per_run,
+                                        "eps-cal": 2.0, "clip-norm": 1.0, "audit-canaries": k, "results-dir": results,
                                         "run-name": f"{fw}_a{k}_r{r}"})[1])
     times: dict[tuple, list[float]] = {}
     cpu: dict[tuple, list[float]] = {}
     run_many_in_process(configs, _timed(server_main, times, lambda c: (c.framework, c.audit_canaries > 0,
                                                                          c.run_name == "warmup"), cpu),
                         num_supernodes=2)
-    rows = [_row(f"dfl_dp_{fw.replace('-', '_')}_audit{canaries}_over_plain_wall", times[(fw, True, False)],
+    rows = [_row(f"dfl_dp{tag}_{fw.replace('-', '_')}_audit{canaries}_over_plain_wall", times[(fw, True, False)],
                  times[(fw, False, False)]) for fw in ("fl", "sequential-dfl")]
-    rows += [_cpu_row(f"dfl_dp_{fw.replace('-', '_')}_plain_wall_plus_audit{canaries}_server_cpu_over_plain",
+    rows += [_cpu_row(f"dfl_dp{tag}_{fw.replace('-', '_')}_plain_wall_plus_audit{canaries}_server_cpu_over_plain",
                       times[(fw, False, False)], cpu[(fw, True, False)], cpu[(fw, False, False)])
              for fw in ("fl", "sequential-dfl")]
     plain = min(min(times[(fw, False, False)]) for fw in ("fl", "sequential-dfl"))
-    cost = audit_server_cpu(canaries, rounds)
-    rows.append({"metric": f"dfl_dp_plain_wall_plus_audit{canaries}_server_cpu_over_plain", "value": plain + cost,
+    cost = audit_server_cpu(canaries, configs[-1].num_rounds, cohort=configs[-1].num_clients)
+    rows.append({"metric": f"dfl_dp{tag}_plain_wall_plus_audit{canaries}_server_cpu_over_plain", "value": plain + cost,
                  "reference": plain, "ratio": (plain + cost) / plain, "target": TARGET_RATIO,
                  "met": (plain + cost) / plain <= TARGET_RATIO})
     return rows
@@ -142,19 +145,24 @@ def measure(quick: bool = True) -> list[dict]:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--repeats", type=int, default=1)
-    p.add_argument("--rounds", type=int, default=2, help="dfl-dp rounds per run")
+    p.add_argument("--rounds", type=int, default=None, help="dfl-dp rounds per run (default: 2 at smoke, the "
+                   "preset's own otherwise)")
+    p.add_argument("--dfl-preset", choices=["smoke", "reduced"], default="smoke",
+                   help="dfl-dp preset (reduced: the CPU-scale one, N = 100, T = 20)")
     p.add_argument("--canaries", type=int, default=200, help="dfl-dp canary clients (half inserted)")
     p.add_argument("--per-client", type=int, default=40, help="tabular-pdp canaries per client")
     p.add_argument("--only", choices=["dfl-dp", "tabular-pdp"])
     p.add_argument("--tabular-preset", choices=["smoke", "reduced"], default="smoke",
                    help="tabular-pdp preset (reduced: the CPU-scale one, 10 local epochs per round)")
     a = p.parse_args(argv)
-    if a.repeats < 1 or a.rounds < 1:
+    if a.rounds is None and a.dfl_preset == "smoke":
+        a.rounds = 2
+    if a.repeats < 1 or (a.rounds is not None and a.rounds < 1):
         p.error("--repeats and --rounds must be >= 1")
     with TemporaryDirectory(prefix="audit-bench-") as tmp:
         rows = []
         if a.only in (None, "dfl-dp"):
-            rows += dfl_dp_pairs(tmp, a.canaries, a.rounds, a.repeats)
+            rows += dfl_dp_pairs(tmp, a.canaries, a.rounds, a.repeats, a.dfl_preset)
         if a.only in (None, "tabular-pdp"):
             rows += tabular_pair(tmp, a.per_client, a.repeats, a.tabular_preset)
     for r in rows:

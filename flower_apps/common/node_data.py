@@ -221,6 +221,11 @@ class PlacedGrid(Grid):
         return self._grid.send_and_receive([self.route(m) for m in messages], timeout=timeout)
 
 
+def node_of(grid: Grid) -> dict[int, int]:
+    """Logical client -> node id when ``grid`` routes node-local data (:class:`PlacedGrid`), else {}."""
+    return dict(grid._placement) if isinstance(grid, PlacedGrid) else {}
+
+
 class RoundErrors:
     """Every error reply of a run, per round, for ``summary.json`` (not only the logs).
 

@@ -19,7 +19,7 @@ from flower_apps.common.results import (open_run_folder, atomic_write_json, atom
                                         run_folder, run_hash)
 from flower_apps.common.torch_utils import pick_device, record_to_state, save_state_dict, state_to_record
 from flower_apps.dfl_dp.config import ACTION, DflDpConfig
-from flower_apps.common.node_data import PlacedGrid, discover
+from flower_apps.common.node_data import PlacedGrid, RoundErrors, discover, node_of
 from flower_apps.dfl_dp.data import eval_plan
 from flower_apps.dfl_dp.metrics import curve_summary
 from flower_apps.dfl_dp.model import build_model
@@ -28,7 +28,7 @@ from flower_apps.dfl_dp.victims import extract, save
 from privacy.accounting import account
 from privacy.audit import ReleaseObserver, auditor_generator, flat_params, make_canaries
 from privacy.randomness import NoiseSource
-from strategies.cohorts import config_record, wait_for_nodes
+from strategies.cohorts import config_record, round_problems, wait_for_nodes
 from strategies.matched_perturbation import MatchedPerturbation
 from strategies.observer import RoundObserver
 from strategies.records import to_numpy
@@ -102,7 +102,10 @@ def server_main(grid: Grid, cfg: DflDpConfig) -> dict:
     t_start = time.perf_counter()
     last_metrics: dict[int, MetricRecord] = {}
 
+    error_replies: dict[int, list] = {}
+
     def keep_victims(server_round: int, replies: list) -> None:
+        error_replies[server_round] = [r for r in replies if r.has_error()]  # a failed hop, a node's bad data
         if cfg.capture_victims and server_round == cfg.victim_round:
             victim_records = extract(replies)
             for r in victim_records:
@@ -138,6 +141,14 @@ def server_main(grid: Grid, cfg: DflDpConfig) -> dict:
                    train_config=config_record_for(cfg), evaluate_fn=evaluate_fn)
 
     save_state_dict(model, out / "final_model.pt")
+    # Why each failed client failed, per round: the strategies' reply checks (FL), else the error replies
+    # (sequential DFL's relay skips a failed hop and hands on its error reply).
+    errors, problems = RoundErrors(), round_problems(strategy, getattr(strategy, "strategy", strategy))
+    for r in range(1, cfg.num_rounds + 1):
+        if problems.get(r):
+            errors.record_problems(r, problems[r], node_of(grid))
+        else:
+            errors.record(r, error_replies.get(r, []))
     acc_curve = [r["test_acc"] for r in rounds]
     summary = {"config_hash": run_hash(cfg), "run": out.name, "framework": cfg.framework,
                "dp": cfg.dp, "data_part": cfg.data_part, "clip_norm": cfg.clip_norm if cfg.dp else None,
@@ -145,7 +156,7 @@ def server_main(grid: Grid, cfg: DflDpConfig) -> dict:
                "num_rounds": cfg.num_rounds, "dataset": plan.name, "data_notes": plan.notes,
                "n_test": int(len(plan.y["test"])), "n_target_train": _n_train(plan),
                "wall_seconds": time.perf_counter() - t_start, "device": str(device),
-               **curve_summary(acc_curve), "acc_curve": acc_curve, **deployment}
+               **curve_summary(acc_curve), "acc_curve": acc_curve, **deployment, **errors.summary()}
     if isinstance(strategy, MatchedPerturbation):
         summary.update(strategy.clip_summary())
         summary.update(strategy.noise.describe())

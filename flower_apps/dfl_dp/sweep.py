@@ -53,8 +53,10 @@ GRIDS = {
     "appendix-a": Grid("protocol-fashion", (1.0,), (1.0, 2.0, 4.0), 3, rounds=200),
     # Tests.
     "smoke": Grid("smoke", (1.0,), (2.0,), 1),
-    # The empirical audit's CPU-scale grid (docs/audit.md): run with --audit.
-    "audit": Grid("smoke", (1.0,), (2.0, 8.0), 1),
+    # The empirical audit's CPU-scale grid (docs/audit.md): run with --audit. The reduced preset
+    # (N = 100, T = 20), C = 1, eps_cal in {2, 8}, one seed; audit-smoke: the same at smoke scale (minutes).
+    "audit": Grid("reduced", (1.0,), (2.0, 8.0), 1),
+    "audit-smoke": Grid("smoke", (1.0,), (2.0, 8.0), 1),
 }
 AUDIT_CANARIES = 200  # --audit without a number: 100 inserted, 100 held out
 

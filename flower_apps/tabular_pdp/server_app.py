@@ -26,7 +26,7 @@ from flwr.serverapp import Grid
 from datasets.cancer import describe_source
 from flower_apps.common.results import open_run_folder, atomic_write_json, atomic_write_jsonl, is_finished, run_folder, run_hash
 from flower_apps.common.torch_utils import record_to_state, save_state_dict, state_to_record
-from flower_apps.common.node_data import PlacedGrid, discover
+from flower_apps.common.node_data import PlacedGrid, RoundErrors, discover, node_of
 from flower_apps.tabular_pdp.config import ACTION, TabularPdpConfig
 from flower_apps.tabular_pdp.data import model_features
 from flower_apps.tabular_pdp.model import build_model
@@ -38,6 +38,7 @@ from privacy.mechanisms import global_l2_norm
 from privacy.personalized import aggregate_sigma, gdp_sigma
 from privacy.randomness import STREAM_TABULAR_SERVER, NoiseSource
 from privacy.tabular_accounting import client_budgets
+from strategies.cohorts import round_problems
 from strategies.base import FastGrid
 from strategies.records import from_numpy, to_numpy
 from strategies.drift_guard import DriftGuard
@@ -106,8 +107,13 @@ def _strategy(setting: str, cfg: TabularPdpConfig, clients: list[int], clip_norm
 
 
 def run_setting(grid: Grid, cfg: TabularPdpConfig, setting: str, clients: list[int], w0: ArrayRecord, levels,
-                clip_norm: float, risks: dict[int, float], sizes: dict[int, int]) -> tuple[dict, list[dict]]:
-    """num-rounds rounds of one setting through Flower's Strategy.start; (summary, per-round rows)."""
+                clip_norm: float, risks: dict[int, float], sizes: dict[int, int],
+                errors: RoundErrors | None = None) -> tuple[dict, list[dict]]:
+    """num-rounds rounds of one setting through Flower's Strategy.start; (summary, per-round rows).
+
+    Every planned client that did not contribute to a round (error reply, timeout, rejected reply) is
+    added to ``errors`` with its node and reason (the run summary's ``round_errors``).
+    """
     audit = None
     if cfg.audit_canaries and setting != "vanilla":  # canary clients per client (docs/audit.md)
         from flower_apps.tabular_pdp.audit_report import SettingAudit
@@ -123,6 +129,9 @@ def run_setting(grid: Grid, cfg: TabularPdpConfig, setting: str, clients: list[i
                          evaluate_fn=audit.observe if audit else None)  # the auditor sees the released models
     # The released global model, for the attacks (flower_apps/tabular_pdp/attacks.py) and the report card.
     save_state_dict(record_to_state(result.arrays), model_path(run_dir(cfg), setting))
+    if errors is not None:
+        for r, probs in sorted(round_problems(outer, dp, base).items()):
+            errors.record_problems(r, {c: f"{setting}: {why}" for c, why in probs.items()}, node_of(grid))
     rows = []
     for r in range(1, cfg.num_rounds + 1):
         ev = result.evaluate_metrics_clientapp.get(r, {})
@@ -196,7 +205,7 @@ def server_main(grid: Grid, cfg: TabularPdpConfig) -> dict:
     t_start = time.perf_counter()
     if cfg.noise_multiplier == 0 and {"gdp", "pdp"} & set(cfg.settings):
         warnings.warn("tab-noise-multiplier = 0: GDP and PDP add no noise (epsilon is infinite)", stacklevel=2)
-    clients, deployment = list(range(cfg.num_clients)), {}
+    clients, deployment, errors = list(range(cfg.num_clients)), {}, RoundErrors()
     if cfg.node_local_data:  # the nodes say which clients (regions) they hold; messages go to the holder
         found = discover(grid, ACTION, phase_config(cfg, "describe"), cfg.round_timeout, cfg.num_clients)
         clients, grid = found.client_ids, PlacedGrid(grid, found.placement)
@@ -216,6 +225,7 @@ def server_main(grid: Grid, cfg: TabularPdpConfig) -> dict:
 
     # (B) drift detection after a first local round from w(0)
     models, sizes, failed = local_fit(grid, cfg, active, w0, levels, server_round=1)
+    errors.record_problems(1, {c: f"drift detection: {why}" for c, why in failed.items()}, node_of(grid))
     if len(models) < 2:
         raise RuntimeError(f"only {len(models)} client(s) returned a model in the first round; failures: {failed}")
     ids = sorted(models)
@@ -233,6 +243,7 @@ def server_main(grid: Grid, cfg: TabularPdpConfig) -> dict:
     if cfg.settings:  # detection-only runs (sweep's drift demonstration) stop after (B)
         w_bar = weighted_mean({c: models[c] for c in participants}, sizes)
         models2, _, failed2 = local_fit(grid, cfg, participants, from_numpy(w_bar), levels, server_round=2)
+        errors.record_problems(2, {c: f"clip-norm estimate: {why}" for c, why in failed2.items()}, node_of(grid))
         norms = {c: global_l2_norm([m[k].astype(np.float64) - w_bar[k] for k in w_bar]) for c, m in models2.items()}
         clip_est = float(np.quantile(list(norms.values()), cfg.clip_quantile))
     clip_norm = clip_est if cfg.clip_mode == "estimate" and clip_est is not None else cfg.clip_norm
@@ -242,7 +253,7 @@ def server_main(grid: Grid, cfg: TabularPdpConfig) -> dict:
     all_rows: list[dict] = []
     settings: dict[str, dict] = {}
     for setting in cfg.settings:
-        summ, rows = run_setting(grid, cfg, setting, participants, w0, levels, clip_norm, risks, sizes)
+        summ, rows = run_setting(grid, cfg, setting, participants, w0, levels, clip_norm, risks, sizes, errors)
         settings[setting] = summ
         all_rows += rows
         atomic_write_jsonl(out / "rounds.jsonl", all_rows)
@@ -262,7 +273,7 @@ def server_main(grid: Grid, cfg: TabularPdpConfig) -> dict:
         "clip_quantile": cfg.clip_quantile, "update_norms_estimation": {str(c): v for c, v in norms.items()},
         "noise_multiplier": cfg.noise_multiplier, "num_rounds": cfg.num_rounds, "local_epochs": cfg.local_epochs,
         "settings": settings, "wall_seconds": time.perf_counter() - t_start,
-        **NoiseSource(cfg.noise_seed_file).describe(), **deployment,
+        **NoiseSource(cfg.noise_seed_file).describe(), **deployment, **errors.summary(),
     }
     if settings:
         write_run_table(summary, out)

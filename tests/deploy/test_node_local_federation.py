@@ -1,7 +1,7 @@
 """A real cross-silo deployment on loopback: every SuperNode trains on the folder it holds.
 
-``deploy.export`` writes the simulated partition of dfl-dp and tabular-pdp (smoke scale) into one
-folder per node; a SuperLink with TLS and SuperNode authentication serves three SuperNodes:
+``deploy.export`` writes the simulated partition of all four studies (smoke scale, the smallest
+runs) into one folder per node; a SuperLink with TLS and SuperNode authentication serves three SuperNodes:
 node-0 and node-1 with their exported folders, node-2 with a malformed one. Checked:
 
 - the deployed run ends with the same final model (dfl-dp: the saved state dict; tabular-pdp: the
@@ -47,6 +47,10 @@ REPO = Path(__file__).resolve().parents[2]
 # PDP round; drift exclusion off so that all four clients train in both runs.
 TABULAR = {"num-clients": 4, "num-rounds": 1, "tab-settings": "pdp", "tab-levels": "2,1,0,0", "local-epochs": 1,
            "tab-drift-exclude": False}
+# The smallest unlinkable-dfl and ultrasound runs (as in test_node_local_studies.py, which checks the same
+# equalities in process): the coordinator evaluates on its eval-data-path, the nodes train on their folders.
+UDFL = {"num-clients": 6, "num-rounds": 1}
+US = {"num-clients": 2, "num-rounds": 1, "us-pretrained": False}
 
 
 def _deny_roots(data: Path) -> list[str]:
@@ -63,7 +67,10 @@ def _node_env(data: Path, logs: Path):
                                                              os.environ.get("PYTHONPATH", "")])),
                 "PPFL_DATA_DENY": os.pathsep.join(_deny_roots(data)),
                 "PPFL_DATA_ALLOW": str(data / f"node-{i}"),
-                "PPFL_DATA_AUDIT_LOG": str(logs / f"audit-node-{i}.log")}
+                "PPFL_DATA_AUDIT_LOG": str(logs / f"audit-node-{i}.log"),
+                # one intra-op thread, as in the simulation's Ray actors (num_cpus = 1): the same float
+                # summation order, hence the same model to float tolerance for the BatchNorm CNNs too
+                "OMP_NUM_THREADS": "1"}
     return env
 
 
@@ -76,6 +83,8 @@ def deployment(tmp_path_factory, request):
     seed_file.write_text("node-local federation test\n")
     export("dfl-dp", 2, 0, data, "smoke")
     export("tabular-pdp", 2, 0, data, "smoke", TABULAR)
+    export("unlinkable-dfl", 2, 0, data, "smoke", UDFL)
+    export("ultrasound", 2, 0, data, "smoke", US)
     # node-2: a malformed folder for both studies (a broken .npz, a CSV without the Smoking column).
     bad = data / "node-2"
     (bad / "dfl-dp").mkdir(parents=True)
@@ -87,6 +96,14 @@ def deployment(tmp_path_factory, request):
     (bad / "tabular-pdp" / "client-0.csv").write_text("Patient_ID,Age\nPT1,40\n")
     (bad / "tabular-pdp" / "node.json").write_text(json.dumps(
         {"format": "cancer-csv", "node": "node-2", "clients": {"0": "client-0.csv"}}))
+    (bad / "unlinkable-dfl").mkdir()
+    (bad / "unlinkable-dfl" / "client-0.npz").write_bytes(b"not a zip")
+    (bad / "unlinkable-dfl" / "node.json").write_text(json.dumps(
+        {"format": "images-npz", "node": "node-2", "clients": {"0": "client-0.npz"}, "num_classes": 10,
+         "mean": [0.1307], "std": [0.3081]}))
+    (bad / "ultrasound" / "client-0" / "benign").mkdir(parents=True)  # malignant/ and normal/ missing
+    (bad / "ultrasound" / "node.json").write_text(json.dumps(
+        {"format": "busi-folder", "node": "node-2", "clients": {"0": "client-0"}}))
     fed = LocalFederation(root / "federation", num_supernodes=3, node_config=node_local_config(data),
                           node_env=_node_env(data, logs), startup_timeout=240)
     request.addfinalizer(fed.stop)  # registered before start: a failed start is torn down too
@@ -169,6 +186,36 @@ def test_tabular_deployed_run_equals_the_simulation(deployment, tmp_path):
                 assert a[k] == pytest.approx(v, rel=1e-5, abs=1e-7), (k, a, b)
     for s, m in sim["settings"].items():
         assert summary["settings"][s]["final_mae"] == pytest.approx(m["final_mae"], rel=1e-5)
+
+
+def test_unlinkable_dfl_deployed_run_equals_the_simulation(deployment, tmp_path):
+    got = _run_deployed(deployment, "unlinkable-dfl", {}, tmp_path / "deployed")
+    summary = got["summary"]
+    _check_node_errors(summary, "client-0.npz: not a readable .npz")
+    assert {n["node"]: n["client_ids"] for n in summary["nodes"]} == {"node-0": [0, 1, 2], "node-1": [3, 4, 5]}
+    assert summary["round_errors"] == []
+    sim_dir = _run_simulated("unlinkable-dfl", UDFL, tmp_path / "simulated", deployment.seed_file)
+    sim = json.loads((sim_dir / "summary.json").read_text())
+    assert summary["acc_curve"] == pytest.approx(sim["acc_curve"], abs=1e-9)
+    dep_rows = [json.loads(r) for r in (got["dir"] / "rounds.jsonl").read_text().splitlines()]
+    sim_rows = [json.loads(r) for r in (sim_dir / "rounds.jsonl").read_text().splitlines()]
+    for a, b in zip(dep_rows, sim_rows, strict=True):
+        for k in ("test_acc_min", "test_acc_max", "test_loss", "train_loss"):
+            assert a[k] == pytest.approx(b[k], rel=1e-6, abs=1e-9), k
+
+
+def test_ultrasound_deployed_run_equals_the_simulation(deployment, tmp_path):
+    got = _run_deployed(deployment, "ultrasound", {}, tmp_path / "deployed")
+    summary = got["summary"]
+    _check_node_errors(summary, "class folder(s) ['normal', 'malignant'] missing")
+    sim_dir = _run_simulated("ultrasound", US, tmp_path / "simulated", deployment.seed_file)
+    sim = json.loads((sim_dir / "summary.json").read_text())
+    assert (summary["n_train"], summary["n_val"], summary["n_test"]) == (sim["n_train"], sim["n_val"], sim["n_test"])
+    a, b = torch.load(got["dir"] / "final_model.pt"), torch.load(sim_dir / "final_model.pt")
+    assert a.keys() == b.keys()
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], rtol=1e-5, atol=1e-6, msg=k)
+    assert summary["acc_curve"] == pytest.approx(sim["acc_curve"], abs=1e-9)
 
 
 def test_each_supernode_read_only_its_own_folder(deployment):

@@ -137,3 +137,74 @@ def test_tabular_nodes_describe_their_tables_and_a_bad_csv_is_named(tmp_path, fa
     assert found.placement == {0: 1, 1: 1} and found.sizes() == {0: 12, 1: 18}
     assert found.errors[2].startswith("country-b")
     assert "client-2.csv: missing column(s) Obesity_Level" in found.errors[2]
+
+
+def _failing_from(round_from: int, node: int, handle):
+    """``handle``, except that ``node`` answers every message of server round >= ``round_from`` with its error."""
+    from flower_apps.common.node_data import error_reply
+
+    def wrapped(node_id, msg):
+        cfg = msg.content["config"]
+        if node_id == node and int(cfg.get("server-round", 0)) >= round_from and cfg.get("phase", "fit") == "fit":
+            return error_reply(msg, f"site-{node_id}", DataError("client-3.npz: not a readable .npz"))
+        return handle(node_id, msg)
+    return wrapped
+
+
+@pytest.mark.parametrize("framework", ["fl", "sequential-dfl"])
+def test_dfl_dp_node_failing_mid_run_is_named_in_the_summary_and_the_others_train_on(tmp_path, fake_grid_cls,
+                                                                                  framework):
+    from deploy.export import export
+    from flower_apps.dfl_dp.server_app import server_main
+    from flower_apps.router import prepare
+
+    rec = export("dfl-dp", 2, 0, tmp_path / "data", "smoke", {"num-clients": 6})
+    paths = {1: tmp_path / "data" / "node-0", 2: tmp_path / "data" / "node-1"}
+    grid = fake_grid_cls([1, 2], _failing_from(2, 2, _handler(paths)))
+    _, run_cfg = prepare({**rec["run_config"], "num-clients": 6, "framework": framework,
+                          "results-dir": str(tmp_path / "out")})
+    summary = server_main(grid, run_cfg)
+    assert summary["node_errors"] == [] and summary["missing_clients"] == []
+    errs = summary["round_errors"]
+    assert {e["round"] for e in errs} == {2} and {e["node_id"] for e in errs} == {2}, errs
+    assert all("site-2: client-3.npz: not a readable .npz" in e["error"] for e in errs), errs
+    if framework == "fl":  # the reply checks name the logical clients the failed message asked for
+        (on_node_2,) = [n["client_ids"] for n in summary["nodes"] if n["node_id"] == 2]
+        assert sorted(c for e in errs for c in e["clients"]) == on_node_2, errs
+    assert len(summary["acc_curve"]) == 2 and np.isfinite(summary["acc_curve"][-1])
+
+
+def test_tabular_node_failing_mid_run_is_named_in_the_summary(tmp_path, fake_grid_cls):
+    from deploy.export import export
+    from flower_apps.router import prepare
+    from flower_apps.tabular_pdp import client_app as tab_client
+    from flower_apps.tabular_pdp.server_app import server_main
+
+    small = {"num-clients": 4, "num-rounds": 2, "tab-settings": "vanilla,pdp", "tab-levels": "2,1,0,0",
+             "local-epochs": 1, "tab-drift-exclude": False}
+    rec = export("tabular-pdp", 2, 0, tmp_path / "data", "smoke", small)
+    paths = {1: tmp_path / "data" / "node-0", 2: tmp_path / "data" / "node-1"}
+
+    def handle(node_id, msg):
+        ctx = Context(1, node_id, {"data-path": str(paths[node_id]), "node-name": f"site-{node_id}"}, RecordDict(), {})
+        return tab_client.train(msg, ctx)
+
+    sent = {"fit": 0}
+
+    def flaky(node_id, msg):  # node 2 answers its first four fit messages, then fails
+        from flower_apps.common.node_data import error_reply
+
+        if node_id == 2 and msg.content["config"].get("phase") == "fit":
+            sent["fit"] += 1
+            if sent["fit"] > 4:
+                return error_reply(msg, "site-2", DataError("client-3.csv: unreadable"))
+        return handle(node_id, msg)
+
+    _, run_cfg = prepare({**rec["run_config"], **small, "results-dir": str(tmp_path / "out")})
+    summary = server_main(fake_grid_cls([1, 2], flaky), run_cfg)
+    errs = summary["round_errors"]
+    assert errs and {e["node_id"] for e in errs} == {2}, errs
+    assert all("site-2: client-3.csv: unreadable" in e["error"] for e in errs), errs
+    assert {c for e in errs for c in e["clients"]} <= {2, 3}
+    assert all(e["error"].startswith(("vanilla: ", "pdp: ")) for e in errs), errs
+    assert np.isfinite(summary["settings"]["pdp"]["final_mae"])
