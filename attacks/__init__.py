@@ -4,7 +4,10 @@ Subpackages
 -----------
 membership
     Shadow-model membership inference (Shokri et al. 2017) on three scalar output
-    features, and the loss-threshold baseline (Yeom et al. 2018).
+    features, the loss-threshold baseline (Yeom et al. 2018), and offline LiRA
+    (Carlini et al. 2022) with reference models that never saw the candidates.
+attribute
+    Model-based attribute inference (Fredrikson et al. 2014) against a prior baseline.
 inversion
     Gradient inversion (DLG, iDLG, Inverting Gradients) against a single-example
     gradient or a clipped and noised model update. Attacks receive only an

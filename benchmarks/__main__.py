@@ -101,6 +101,20 @@ def dpsgd_overhead() -> list[dict]:
     return fn(quick=True) if fn else [skipped_row("dpsgd-overhead", why)]
 
 
+@BENCHMARKS.decorator("mixnet-round")
+def mixnet_round() -> list[dict]:
+    """Wall seconds per simulated mixnet round, N = 32, K = 2, O = 100, mu = 0.1, cover (target <= 4 s, on the value)."""
+    fn, why = _harness("mixnet_round")
+    return _target_read_from_met(fn(quick=True)) if fn else [skipped_row("mixnet-round", why)]
+
+
+@BENCHMARKS.decorator("audit-overhead")
+def audit_overhead() -> list[dict]:
+    """Wall time of a run with --audit over the same run without it, dfl-dp and tabular-pdp (issue 13, ~2 min)."""
+    fn, why = _harness("audit_overhead")
+    return fn(quick=True) if fn else [skipped_row("audit-overhead", why)]
+
+
 def run_all(names: list[str], benchmarks: dict[str, Callable[[], list[dict]]] | None = None,
             log=print) -> tuple[list[dict], bool]:
     """Run ``names`` in order; (rows with a ``benchmark`` field, whether every one ran)."""

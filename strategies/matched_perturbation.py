@@ -124,7 +124,9 @@ class MatchedPerturbation(PlanChecked, PatternStrategy):
         model = to_numpy(arrays)
         if self.clip_at == "aggregate":
             model = self._clip_model(server_round, "round", model)
-        sigma_abs = calibrate_sigma_abs(self.clip_norm, contributors, self.eps_cal, self.delta_cal)
+        # Audit canaries (strategies.canaries) are cohort members like any client: they size the noise too.
+        cohort = contributors + int(metrics.get("num-canaries", 0))
+        sigma_abs = calibrate_sigma_abs(self.clip_norm, cohort, self.eps_cal, self.delta_cal)
         keys = list(model)
         noise = gaussian_noise_like([model[k] for k in keys], sigma_abs, self.rng)
         noised = OrderedDict((k, (model[k].astype(np.float64) + z).astype(model[k].dtype)) for k, z in zip(keys, noise))

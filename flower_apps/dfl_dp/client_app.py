@@ -9,7 +9,9 @@ from flwr.app import Context, Message, MetricRecord, RecordDict
 
 from flower_apps.common.torch_utils import pick_device, record_to_state, state_to_record
 from flower_apps.dfl_dp.config import DflDpConfig
-from flower_apps.dfl_dp.data import build_data_plan, data_key
+from datasets.base import DataError
+from flower_apps.common.node_data import describe_reply, error_reply, is_query, node_data_path, node_name
+from flower_apps.dfl_dp.data import build_data_plan, data_key, node_clients
 from flower_apps.dfl_dp.model import build_model
 from flower_apps.common.local_training import train_local
 from flower_apps.common.seeding import client_generator
@@ -27,8 +29,18 @@ def train(msg: Message, context: Context) -> Message:
     t0 = time.perf_counter()
     cfg = DflDpConfig.from_json(str(msg.content["config"]["run-config"]))
     server_round = int(msg.content["config"]["server-round"])
-    client_ids = [int(c) for c in msg.content["config"]["client-ids"]]
-    plan = build_data_plan(data_key(cfg))
+    # Deployment with node-local data: this node's data-path only, never a global plan.
+    name = node_name(context)
+    try:
+        path = node_data_path(context, cfg.node_local_data)
+        plan = build_data_plan(data_key(cfg)) if path is None else node_clients(str(path), name)
+        if is_query(msg):
+            return describe_reply(msg, plan.node, plan.sizes(), plan.label_counts())
+        client_ids = [int(c) for c in msg.content["config"]["client-ids"]]
+        if path is not None and not set(client_ids) <= set(plan.x):
+            raise DataError(f"holds clients {sorted(plan.x)}, asked for {client_ids}")
+    except DataError as exc:
+        return error_reply(msg, name, exc)
     device = pick_device(cfg.device)
     received = record_to_state(msg.content["arrays"])
     c, h, _ = plan.image_shape

@@ -55,8 +55,11 @@ class DflDpConfig:
     data_part: str = "target"
     capture_victims: int = 0
     attack_round: int = 0
+    audit_canaries: int = 0  # client-level audit (privacy/audit, strategies/canaries); 0 = none
     round_timeout: float = 3600.0
     noise_seed_file: str = ""  # "" = secure DP noise; else a local seed file (privacy.randomness)
+    node_local_data: bool = False  # deployment: nodes read their data-path (flower_apps/common/node_data.py)
+    eval_data_path: str = ""  # with node_local_data: the coordinator's test set
 
     @property
     def victim_round(self) -> int:
@@ -80,8 +83,9 @@ class DflDpConfig:
     @property
     def default_run_name(self) -> str:
         shadow = "_shadow" if self.data_part == "shadow" else ""
+        audit = f"_audit{self.audit_canaries}" if self.audit_canaries else ""  # own folder: not resumed as plain
         return (f"{self.framework}_{self.condition}_N{self.num_clients}_T{self.num_rounds}_{self.dataset}"
-                f"_s{self.seed}{shadow}")
+                f"_s{self.seed}{shadow}{audit}")
 
 
 def build_config(c: dict[str, Any]) -> DflDpConfig:
@@ -91,4 +95,8 @@ def build_config(c: dict[str, Any]) -> DflDpConfig:
          f"must be an integer in [0, num-clients], got {cfg.capture_victims}")
     need(cfg.attack_round <= cfg.num_rounds, "attack-round",
          f"must be an integer in [0, num-rounds] (0 = last round), got {cfg.attack_round}")
+    need(cfg.audit_canaries == 0 or cfg.dp, "audit-canaries", "an audit measures a DP mechanism: it needs dp = true")
+    need(cfg.audit_canaries % 2 == 0 and cfg.audit_canaries != 2, "audit-canaries",
+         f"must be 0 or an even number >= 4 (half inserted, half held out; each half split in two), "
+         f"got {cfg.audit_canaries}")
     return cfg

@@ -59,9 +59,27 @@ class DataPlan:
         return class_counts(self.y[self.train_part].numpy(), self.client_indices, self.num_classes)
 
 
-@functools.lru_cache(maxsize=4)
-def build_data_plan(key: DataKey) -> DataPlan:
-    """Load, hold out a test set if needed, subsample, split four ways, partition. Cached."""
+@dataclass
+class RawSplit:
+    """The plan before normalization: uint8 images, the four parts and the client partition."""
+
+    ds: object  # datasets.base.ArrayDataset
+    notes: list[str]
+    x_all: np.ndarray
+    y_all: np.ndarray
+    x_test: np.ndarray
+    y_test: np.ndarray
+    parts: dict[str, np.ndarray]  # indices into x_all
+    clients: list[np.ndarray]  # indices into x_all[parts[train_part]]
+    train_part: str
+
+
+def raw_split(key: DataKey) -> RawSplit:
+    """Load, hold out a test set if needed, subsample, split four ways, partition (raw uint8 images).
+
+    What :func:`build_data_plan` normalizes, and what ``python -m deploy.export`` writes to the
+    nodes' folders: one function, so an exported deployment holds exactly the simulated partition.
+    """
     ds = load_dataset(key.dataset, key.data_dir or None)
     x_all, y_all, x_test, y_test, done = train_and_test(ds.x_train, ds.y_train, ds.x_test, ds.y_test,
                                                         key.test_fraction, key.data_fraction, key.seed,
@@ -78,14 +96,23 @@ def build_data_plan(key: DataKey) -> DataPlan:
     clients = dirichlet_partition(y_all[tt], key.num_clients,
                                   np.random.default_rng([key.seed, 3] if key.data_part == "target" else [key.seed, 5]),
                                   alpha=key.dirichlet_alpha, min_size=1)
-    xs = {"test": normalize_images(x_test, ds.mean, ds.std)}
-    ys = {"test": torch.from_numpy(np.asarray(y_test, dtype=np.int64))}
-    for name, idx in parts.items():
-        xs[name] = normalize_images(x_all[idx], ds.mean, ds.std)
-        ys[name] = torch.from_numpy(y_all[idx].astype(np.int64))
+    return RawSplit(ds, notes, x_all, y_all, x_test, y_test, parts, clients, train_part)
+
+
+@functools.lru_cache(maxsize=4)
+def build_data_plan(key: DataKey) -> DataPlan:
+    """The normalized :func:`raw_split`. Cached."""
+    raw = raw_split(key)
+    ds, notes = raw.ds, raw.notes
+    xs = {"test": normalize_images(raw.x_test, ds.mean, ds.std)}
+    ys = {"test": torch.from_numpy(np.asarray(raw.y_test, dtype=np.int64))}
+    for name, idx in raw.parts.items():
+        xs[name] = normalize_images(raw.x_all[idx], ds.mean, ds.std)
+        ys[name] = torch.from_numpy(raw.y_all[idx].astype(np.int64))
     if ds.reduced:
         log.warning("REDUCED DATASET %s: %s", ds.name, "; ".join(notes))
-    return DataPlan(ds.name, notes, ds.num_classes, ds.image_shape, ds.mean, ds.std, xs, ys, clients, train_part)
+    return DataPlan(ds.name, notes, ds.num_classes, ds.image_shape, ds.mean, ds.std, xs, ys, raw.clients,
+                    raw.train_part)
 
 
 def data_key(cfg) -> DataKey:  # cfg: DflDpConfig (duck-typed to keep this module config-agnostic)
@@ -102,3 +129,78 @@ def validate_data(cfg) -> DataPlan:  # cfg: DflDpConfig
     ``build_data_plan`` call right after is free.
     """
     return build_data_plan(data_key(cfg))
+
+
+# --- Deployment with node-local data (datasets.node_local): a node reads only its data-path.
+@dataclass
+class NodeClients:
+    """The logical clients one node holds, with the attributes ``client_app.train`` reads from a DataPlan."""
+
+    node: str
+    num_classes: int
+    image_shape: tuple[int, int, int]
+    x: dict[int, torch.Tensor]
+    y: dict[int, torch.Tensor]
+    client_indices: dict[int, np.ndarray]  # positions in the node's own file (victim capture)
+
+    def client_data(self, cid: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.x[cid], self.y[cid]
+
+    def sizes(self) -> dict[int, int]:
+        return {c: len(v) for c, v in self.y.items()}
+
+    def label_counts(self) -> dict[int, list[int]]:
+        return {c: np.bincount(v.numpy(), minlength=self.num_classes).tolist() for c, v in self.y.items()}
+
+
+def _image_shape(x: np.ndarray) -> tuple[int, int, int]:
+    s = x.shape[1:]
+    return (1, s[0], s[1]) if len(s) == 2 else (s[2], s[0], s[1])
+
+
+@functools.lru_cache(maxsize=2)
+def node_clients(data_path: str, node: str) -> NodeClients:
+    """The node's clients from ``<data-path>[/dfl-dp]/node.json`` (images-npz); NodeDataError if unusable."""
+    from datasets.node_local import image_meta, node_folder, read_image_clients, read_manifest
+
+    m = read_manifest(node_folder(data_path, "dfl-dp"), "images-npz", node)
+    raw = read_image_clients(m)
+    num_classes, mean, std = image_meta(m)
+    return NodeClients(m.node, num_classes, _image_shape(next(iter(raw.values())).x),
+                       {c: normalize_images(v.x, mean, std) for c, v in raw.items()},
+                       {c: torch.from_numpy(v.y) for c, v in raw.items()},
+                       {c: np.arange(len(v.y)) for c, v in raw.items()})
+
+
+@dataclass
+class EvalPlan:
+    """The coordinator's side of a node-local deployment: its held-out test set and the nodes' label counts."""
+
+    name: str
+    notes: list[str]
+    num_classes: int
+    image_shape: tuple[int, int, int]
+    x: dict[str, torch.Tensor]  # 'test' only: the coordinator holds no training data
+    y: dict[str, torch.Tensor]
+    counts: np.ndarray  # (num_clients, num_classes), from the nodes' describe replies (0 for missing clients)
+
+    def class_counts(self) -> np.ndarray:
+        return self.counts
+
+    @property
+    def n_train(self) -> int:
+        return int(self.counts.sum())
+
+
+def eval_plan(cfg) -> EvalPlan:  # cfg: DflDpConfig
+    """The coordinator's test set from ``eval-data-path``; a DataError when it is missing or malformed."""
+    from datasets.base import DataError
+    from datasets.node_local import read_eval_set
+
+    if not cfg.eval_data_path:
+        raise DataError("node-local-data=true needs eval-data-path: the coordinator's test set (.npz with x, y, "
+                        "num_classes, mean, std; `python -m deploy.export` writes coordinator/dfl-dp/eval.npz)")
+    ev, num_classes, mean, std = read_eval_set(cfg.eval_data_path)
+    return EvalPlan(f"node-local ({cfg.dataset})", [f"evaluated on {cfg.eval_data_path}"], num_classes,
+                    _image_shape(ev.x), {"test": normalize_images(ev.x, mean, std)}, {"test": torch.from_numpy(ev.y)},
+                    np.zeros((cfg.num_clients, num_classes), dtype=np.int64))

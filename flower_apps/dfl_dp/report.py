@@ -1,10 +1,14 @@
-"""Tables and figures of the dfl-dp study from the runs' summary.json files.
+"""Tables and figures of the dfl-dp study from the runs' summary.json files, numbered as in the paper.
 
-Table 3: utility and convergence per framework and condition (final and best accuracy,
-rounds to 75%, stability round, clipping frequency, eps_total). Table 4: utility retention
-and accuracy degradation against the same seed's No-DP run. Figure 3: per-client class
-counts (written per run). Figures 4 and 5: retention and degradation with 95% t-interval
-error bars. Figure 6: accuracy curves with 95% t-interval bands.
+A reader maps each output to the seed paper by its file name (:data:`OUTPUTS`; the README has the
+same table). Table 3: utility and convergence per framework and condition (final and best
+accuracy, rounds to 75%, stability round, eps_total). Table 4: clipping frequency with 95%
+t-intervals over seeds. Figure 3: per-client class counts (written per run). Figures 4 and 5:
+utility retention and accuracy degradation against the same seed's No-DP run, with 95%
+t-interval error bars (their numbers: ``retention_degradation``, a table the paper does not
+number). Figure 6a: accuracy curves with 95% t-interval bands. Figure 6b: final accuracy vs
+eps_cal at C = 1, both frameworks. The attack outputs (Tables 5-6, Figures 7-8) are in
+:mod:`flower_apps.dfl_dp.attack_report`.
 """
 
 from __future__ import annotations
@@ -37,11 +41,21 @@ def plot_class_counts(counts: np.ndarray, path: Path) -> None:
     save_fig(fig, path)
 
 
-def load_summaries(results_dir: str | Path) -> list[dict]:
-    """Every finished run's summary under ``<results>/dfl-dp/runs``."""
+def is_audited(summary: dict) -> bool:
+    """A run made with ``audit-canaries`` > 0: canary clients were in its cohort (docs/audit.md)."""
+    return bool(summary.get("audit"))
+
+
+def load_summaries(results_dir: str | Path, *, audited: bool = False) -> list[dict]:
+    """The finished target runs' summaries under ``<results>/dfl-dp/runs``: the plain runs, or only the audited ones.
+
+    An audited run is another training run: its canary clients are averaged into the released models
+    and size the noise (N + K/2 members), so its accuracy is never pooled with the plain runs' over seeds.
+    """
     runs = Path(results_dir) / "dfl-dp" / "runs"
     summaries = [read_json(p) for p in sorted(runs.glob("*/summary.json"))]
-    return [s for s in summaries if s.get("data_part", "target") == "target"]  # shadow runs serve the MIA only
+    return [s for s in summaries if s.get("data_part", "target") == "target"  # shadow runs serve the MIA only
+            and is_audited(s) == audited]
 
 
 def condition_of(s: dict) -> str:
@@ -55,12 +69,12 @@ def _sort_key(cond: str) -> tuple:
     return (1, float(c), float(e))
 
 
-def build_rows(summaries: list[dict]) -> tuple[list[dict], list[dict]]:
-    """(Table 3 rows, Table 4 rows) aggregated over seeds."""
+def build_rows(summaries: list[dict]) -> tuple[list[dict], list[dict], list[dict]]:
+    """(Table 3 rows, Table 4 rows, retention/degradation rows) aggregated over seeds."""
     groups = group_by(summaries, lambda s: (s["framework"], condition_of(s)))
     nodp = {(s["framework"], s["seed"], s["num_clients"], s["num_rounds"], s["dataset"]): s["final_acc"]
             for s in summaries if not s["dp"]}
-    t3, t4 = [], []
+    t3, t4, rd = [], [], []
     for (fw, cond) in sorted(groups, key=lambda k: (k[0], _sort_key(k[1]))):
         runs = groups[(fw, cond)]
         n = len(runs)
@@ -73,12 +87,15 @@ def build_rows(summaries: list[dict]) -> tuple[list[dict], list[dict]]:
             row[label] = summ.fmt(digits)
             row[f"_{key}"] = summ
         if runs[0]["dp"]:
-            row["clipping (%)"] = summarize([r["clip_frequency_pct"] for r in runs]).fmt(1) + f" of {runs[0]['clip_unit']}"
             row["eps_total"] = f"{runs[0]['accounting']['eps_total']:.4g}"
             row["eps (exact GDP)"] = ("> 500" if runs[0]["accounting"]["eps_gdp_exact"] is None
                                       else f"{runs[0]['accounting']['eps_gdp_exact']:.4g}")
+            # Table 4: how often the clipping bound was hit (per client update in FL, per round
+            # update in sequential DFL), mean +- SD [95% t-interval] over seeds.
+            clip = summarize([r["clip_frequency_pct"] for r in runs])
+            t4.append({"framework": FW_LABEL.get(fw, fw), "condition": cond, "seeds": n,
+                       "clipped": runs[0]["clip_unit"], "clipping frequency (%)": clip.fmt(1), "_clip": clip})
         else:
-            row["clipping (%)"] = "-"
             row["eps_total"] = "inf"
             row["eps (exact GDP)"] = "inf"
         t3.append(row)
@@ -93,10 +110,10 @@ def build_rows(summaries: list[dict]) -> tuple[list[dict], list[dict]]:
                 deg.append(b)
             if ret:
                 sr, sd_ = summarize(ret), summarize(deg)
-                t4.append({"framework": FW_LABEL.get(fw, fw), "condition": cond, "seeds": len(ret),
+                rd.append({"framework": FW_LABEL.get(fw, fw), "condition": cond, "seeds": len(ret),
                            "utility retention (%)": sr.fmt(2), "degradation (pp)": sd_.fmt(2),
                            "_ret": sr, "_deg": sd_})
-    return t3, t4
+    return t3, t4, rd
 
 
 def _bar_figure(rows: list[dict], key: str, ylabel: str, path: Path) -> None:
@@ -145,21 +162,116 @@ def _curves_figure(summaries: list[dict], path: Path) -> None:
     save_fig(fig, path)
 
 
+def accuracy_vs_eps(summaries: list[dict], clip_norm: float) -> dict[str, dict]:
+    """Figure 6b's numbers per framework: ``{"eps": [...], "acc": [SeedSummary...], "nodp": SeedSummary}``.
+
+    Final accuracy (%) over seeds for every eps_cal run at ``clip_norm``; ``nodp`` is None when
+    the framework has no No-DP run.
+    """
+    points = {}
+    for fw in sorted({s["framework"] for s in summaries}):
+        mine = [s for s in summaries if s["framework"] == fw]
+        by_eps = group_by([s for s in mine if s["dp"] and s["clip_norm"] == clip_norm], lambda s: s["eps_cal"])
+        base = [100 * s["final_acc"] for s in mine if not s["dp"]]
+        points[fw] = {"eps": sorted(by_eps),
+                      "acc": [summarize([100 * s["final_acc"] for s in by_eps[e]]) for e in sorted(by_eps)],
+                      "nodp": summarize(base) if base else None}
+    return points
+
+
+def _accuracy_vs_eps_figure(summaries: list[dict], clip_norm: float, path: Path) -> bool:
+    """Figure 6b: final accuracy vs eps_cal at one C, both frameworks; No-DP as dashed lines.
+
+    Error bars are 95% t-intervals over seeds. Returns False (nothing written) when no run has
+    that C.
+    """
+    points = accuracy_vs_eps(summaries, clip_norm)
+    if not any(p["eps"] for p in points.values()):
+        return False
+    fig, ax = subplots(figsize=(5.5, 3.8))
+    cmap = colormap("tab10")
+    for j, (fw, p) in enumerate(points.items()):
+        if p["eps"]:
+            errs = [0.0 if np.isnan(st.ci_high) else st.ci_high - st.mean for st in p["acc"]]
+            ax.errorbar(p["eps"], [st.mean for st in p["acc"]], yerr=errs, marker="o", capsize=3, color=cmap(j),
+                        label=f"{FW_LABEL.get(fw, fw)}, C={clip_norm:g}")
+        if p["nodp"] is not None:
+            ax.axhline(p["nodp"].mean, color=cmap(j), ls="--", lw=1, label=f"{FW_LABEL.get(fw, fw)}, No-DP")
+    ax.set_xlabel("eps_cal (per-round calibration epsilon)")
+    ax.set_ylabel("final test accuracy (%)")
+    ax.set_title(f"Final accuracy vs eps_cal at C = {clip_norm:g} (95% t-interval over seeds)", fontsize=9)
+    ax.legend(fontsize=7)
+    save_fig(fig, path)
+    return True
+
+
+FIG6B_CLIP_NORM = 1.0  # the paper's Figure 6b fixes C = 1
+
+# Output stem -> the paper's item, for every file the report writes (the README has this table).
+OUTPUTS: dict[str, str] = {
+    "runs/*/class_counts.png": "Figure 3 (per-client class counts, one per run)",
+    "table3_utility": "Table 3 (utility and convergence)",
+    "table4_clipping_frequency": "Table 4 (clipping frequency, 95% CIs)",
+    "figure4_retention.png": "Figure 4 (utility retention)",
+    "figure5_degradation.png": "Figure 5 (accuracy degradation)",
+    "retention_degradation": "numbers behind Figures 4-5 (not a paper table)",
+    "figure6a_accuracy_curves.png": "Figure 6a (accuracy over rounds)",
+    "figure6b_accuracy_vs_eps_cal.png": "Figure 6b (final accuracy vs eps_cal at C = 1)",
+}
+
+# Names earlier versions wrote whose number now means something else (removed on rebuild so a
+# stale file cannot be read as the paper's item): old name -> current name.
+RETIRED = {"table4_retention.csv": "retention_degradation.csv", "table4_retention.md": "retention_degradation.md",
+           "figure6_accuracy_curves.png": "figure6a_accuracy_curves.png"}
+
+
+def remove_retired(out: Path, retired: dict[str, str]) -> list[str]:
+    """Delete files of ``retired`` under ``out``; return the names deleted."""
+    gone = []
+    for old in retired:
+        if (out / old).is_file():
+            (out / old).unlink()
+            gone.append(old)
+    return gone
+
+
 def write_report(results_dir: str | Path) -> str:
     """Write tables (CSV + Markdown) and figures under ``<results>/dfl-dp``; return the Markdown."""
     summaries = load_summaries(results_dir)
-    if not summaries:
+    audited = load_summaries(results_dir, audited=True)
+    if not summaries and not audited:
         raise FileNotFoundError(f"no finished dfl-dp runs under {Path(results_dir) / 'dfl-dp' / 'runs'}")
     out = Path(results_dir) / "dfl-dp"
-    t3, t4 = build_rows(summaries)
+    remove_retired(out, RETIRED)
+    md = _plain_tables(summaries, out) if summaries else ""
+    if audited:  # their own table: canary clients changed what these runs trained and released
+        md += "\n" + write_table(build_rows(audited)[0], out / "table3_utility_audited",
+                                  "Table 3 for the audited runs (canary clients in the cohort, docs/audit.md)",
+                                  "Not comparable with the plain runs' Table 3: the canaries are averaged into the "
+                                  "released models and the noise is sized for N + K/2 members.")
+    from flower_apps.dfl_dp.audit_report import write_audit_table
+
+    audit = write_audit_table(results_dir)  # runs made with --audit (docs/audit.md)
+    md += ("\n" + audit) if audit else ""
+    atomic_write_text(out / "report.md", md)
+    return md
+
+
+def _plain_tables(summaries: list[dict], out: Path) -> str:
+    """Tables 3-4, retention and the figures of the plain (un-audited) runs; returns their Markdown."""
+    t3, t4, rd = build_rows(summaries)
     notes = sorted({n for s in summaries for n in s.get("data_notes", [])})
-    md = write_table(t3, out / "table3_utility", "Table 3: utility, convergence, clipping and privacy")
+    md = write_table(t3, out / "table3_utility", "Table 3: utility, convergence and privacy")
     if t4:
-        md += "\n" + write_table(t4, out / "table4_retention", "Table 4: utility retention and degradation vs No-DP")
-        _bar_figure(t4, "_ret", "utility retention (%)", out / "figure4_retention.png")
-        _bar_figure(t4, "_deg", "accuracy degradation (pp)", out / "figure5_degradation.png")
-    _curves_figure(summaries, out / "figure6_accuracy_curves.png")
+        md += "\n" + write_table(t4, out / "table4_clipping_frequency",
+                                  "Table 4: clipping frequency (mean +- SD [95% t-interval] over seeds)")
+    if rd:
+        md += "\n" + write_table(rd, out / "retention_degradation",
+                                  "Utility retention and degradation vs No-DP (the numbers of Figures 4 and 5)")
+        _bar_figure(rd, "_ret", "utility retention (%)", out / "figure4_retention.png")
+        _bar_figure(rd, "_deg", "accuracy degradation (pp)", out / "figure5_degradation.png")
+    _curves_figure(summaries, out / "figure6a_accuracy_curves.png")
+    _accuracy_vs_eps_figure(summaries, FIG6B_CLIP_NORM, out / "figure6b_accuracy_vs_eps_cal.png")
     if notes:
         md += "\nData: " + " ".join(f"- {n}" for n in notes) + "\n"
-    atomic_write_text(out / "report.md", md)
     return md

@@ -30,9 +30,13 @@ KEYS = KeyTable(STUDY, (
     Key("grad-clip", 10.0, float, gt=0, doc="max gradient norm in local SGD (stability, every condition; not DP)"),
     SHARED_KEYS["clients-per-message"],
     SHARED_KEYS["test-fraction"],
+    SHARED_KEYS["node-local-data"],
+    SHARED_KEYS["eval-data-path"],
     Key("data-part", "target", str, choices=("target", "shadow"),
         doc="clients hold target-train, or shadow-train (membership-inference shadow runs)"),
     Key("capture-victims", 0, int, ge=0,
         doc="clients whose models and gradients are saved for the attacks (<= num-clients)"),
     Key("attack-round", 0, int, ge=0, doc="round captured for the attacks (0 = the last; <= num-rounds)"),
+    Key("audit-canaries", 0, int, ge=0,
+        doc="empirical privacy audit: canary clients (even; half inserted), 0 = no audit (docs/audit.md)"),
 ))

@@ -2,7 +2,10 @@
 
     python -m flower_apps.dfl_dp.sweep --grid reduced
     python -m flower_apps.dfl_dp.sweep --grid paper --seeds 5
+    python -m flower_apps.dfl_dp.sweep --grid protocol-fashion --num-cpus 2   # issue 17's protocol scale
+    python -m flower_apps.dfl_dp.sweep --grid appendix-a --num-cpus 2         # the same for T = 200
     python -m flower_apps.dfl_dp.sweep --grid reduced --clients 100 --rounds 10 --data-fraction 0.5
+    python -m flower_apps.dfl_dp.sweep --grid audit --audit --results-dir results-audit   # docs/audit.md
 
 Every run writes its own folder atomically; a rerun skips runs whose summary exists for the
 same config (resume after an interruption). All pending runs share one simulation (one Ray
@@ -32,6 +35,7 @@ class Grid:
     eps_cals: tuple[float, ...]
     seeds: int
     frameworks: tuple[str, ...] = ("fl", "sequential-dfl")
+    rounds: int | None = None  # T when the grid differs from its preset (--rounds still wins)
 
 
 GRIDS = {
@@ -41,11 +45,20 @@ GRIDS = {
     "reduced": Grid("reduced", (0.1, 1.0), (2.0, 4.0), 2),
     # The paper's grid.
     "paper": Grid("paper", (0.1, 0.5, 1.0, 2.0), (0.5, 1.0, 2.0, 3.0, 4.0), 5),
-    # Protocol-scale split on offline Fashion-MNIST.
-    "protocol-fashion": Grid("protocol-fashion", (0.1, 1.0), (2.0, 4.0), 2),
+    # Protocol scale on offline Fashion-MNIST (issue 17): 40,000/5,000/10,000/5,000 split, N = 100,
+    # T = 100 (~400 images, 4 SGD steps per client per round), No-DP and C = 1 x eps_cal {1, 2, 4}
+    # (the paper's Figure 6b axis), 3 seeds for 95% t-intervals.
+    "protocol-fashion": Grid("protocol-fashion", (1.0,), (1.0, 2.0, 4.0), 3),
+    # The paper's Appendix A: the same grid trained for T = 200 rounds.
+    "appendix-a": Grid("protocol-fashion", (1.0,), (1.0, 2.0, 4.0), 3, rounds=200),
     # Tests.
     "smoke": Grid("smoke", (1.0,), (2.0,), 1),
+    # The empirical audit's CPU-scale grid (docs/audit.md): run with --audit. The reduced preset
+    # (N = 100, T = 20), C = 1, eps_cal in {2, 8}, one seed; audit-smoke: the same at smoke scale (minutes).
+    "audit": Grid("reduced", (1.0,), (2.0, 8.0), 1),
+    "audit-smoke": Grid("smoke", (1.0,), (2.0, 8.0), 1),
 }
+AUDIT_CANARIES = 200  # --audit without a number: 100 inserted, 100 held out
 
 
 ATTACK_CLIP_NORM = 1.0
@@ -54,7 +67,7 @@ ATTACK_EPS_CAL = (0.5, 1.0, 2.0, 3.0, 4.0)
 
 def is_attacked(cfg: DflDpConfig, args: argparse.Namespace) -> bool:
     """No-DP and C = 1 x eps_cal in {0.5, 1, 2, 3, 4} (the paper's attack conditions)."""
-    if not args.attacks:
+    if not args.attacks or cfg.audit_canaries:  # canary clients shape an audited run's model: no attack target
         return False
     return not cfg.dp or (cfg.clip_norm == args.attack_clip_norm and cfg.eps_cal in tuple(args.attack_eps_cal))
 
@@ -68,7 +81,7 @@ def build_configs(args: argparse.Namespace) -> list[DflDpConfig]:
     grid = GRIDS[args.grid]
     overrides = sweep_overrides("dfl-dp", grid.preset, args.results_dir, {
         "noise-seed-file": args.noise_seed_file,
-        "num-clients": args.clients, "num-rounds": args.rounds, "data-fraction": args.data_fraction,
+        "num-clients": args.clients, "num-rounds": args.rounds or grid.rounds, "data-fraction": args.data_fraction,
         "dataset": args.dataset, "clients-per-message": args.clients_per_message, "data-dir": args.data_dir,
         "device": args.device})
     clip_norms = tuple(args.clip_norms or grid.clip_norms)
@@ -86,7 +99,8 @@ def build_configs(args: argparse.Namespace) -> list[DflDpConfig]:
     for seed in seeds:
         for fw in frameworks:
             for cond in conditions:
-                flat = run_keys(overrides, {"seed": seed, "framework": fw, **cond})
+                audit = {"audit-canaries": args.audit} if args.audit and cond["dp"] else {}
+                flat = run_keys(overrides, {"seed": seed, "framework": fw, **cond, **audit})
                 cfg = spec.build_config(flat)
                 if is_attacked(cfg, args):
                     configs.append(spec.build_config({**flat, "capture-victims": args.victims}))
@@ -108,6 +122,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--clients-per-message", type=int,
                    help="logical clients per Flower message (transport only; default: the preset's)")
     p.add_argument("--num-gpus", type=float, default=None, help="GPUs per virtual SuperNode (default: 0.5 if CUDA)")
+    p.add_argument("--audit", type=int, nargs="?", const=AUDIT_CANARIES, default=0, metavar="CANARIES",
+                   help=f"empirical privacy audit of every DP run with this many canary clients (default "
+                        f"{AUDIT_CANARIES}, half inserted); audited runs get their own folders (docs/audit.md)")
     a = p.add_argument_group("attacks (membership inference with shadow models, gradient inversion)")
     a.add_argument("--attacks", action="store_true",
                    help="also run both attack families on No-DP and C=1 x eps_cal in {0.5,1,2,3,4}")
@@ -118,6 +135,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     a.add_argument("--inversion-restarts", type=int, default=3)
     a.add_argument("--inversion-view", choices=["gradient", "noised-update", "both"], default="gradient")
     a.add_argument("--attack-workers", type=int, default=None, help="processes for the inversion attacks")
+    a.add_argument("--lira-references", type=int, default=None,
+                   help="offline LiRA reference models per attacked run (default 8; 2 on the smoke grid; 0 = no LiRA)")
+    a.add_argument("--lira-epochs", type=int, default=None, help="epochs per reference model (default 5; smoke 1)")
     return p.parse_args(argv)
 
 
@@ -125,8 +145,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
 
     def report(configs: list[DflDpConfig]) -> str:
+        from flower_apps.dfl_dp.attack_report import write_attack_report
+
         md = write_report(args.results_dir)
-        return md + "\n" + run_attacks(configs, args) if args.attacks else md
+        if args.attacks and not args.report_only:
+            return md + "\n" + run_attacks(configs, args)
+        return md + "\n" + write_attack_report(args.results_dir)  # from the persisted attack results
 
     return sweep_main("dfl-dp", args.grid, lambda: build_configs(args), is_complete, lambda p: _run(p, args), report,
                       Path(args.results_dir) / "dfl-dp", report_only=args.report_only)
@@ -147,30 +171,25 @@ def shadow_overhead(targets: list[DflDpConfig], shadows: dict) -> str:
 def run_attacks(configs: list[DflDpConfig], args: argparse.Namespace) -> str:
     """The attack phase (after training): MIA per attacked run, inversion per victim; tables, figures."""
     from flower_apps.dfl_dp import attack_eval, attack_report
-    from flower_apps.dfl_dp.data import build_data_plan, data_key
 
     targets = [c for c in configs if c.capture_victims and c.data_part == "target"]
     shadows = {(c.framework, c.condition, c.seed): c for c in configs if c.data_part == "shadow"}
-    out = Path(args.results_dir) / "dfl-dp"
-    mia_rows = []
     for i, t in enumerate(targets):
-        mia_rows += attack_eval.membership_inference(t, shadows[(t.framework, t.condition, t.seed)])
+        attack_eval.membership_inference(t, shadows[(t.framework, t.condition, t.seed)])
         print(f"[mia {i + 1}/{len(targets)}] {t.default_run_name} done", flush=True)
-    md = attack_report.mia_tables(mia_rows, out)
-    md += shadow_overhead(targets, shadows)
+    refs = args.lira_references if args.lira_references is not None else (2 if args.grid == "smoke" else 8)
+    if refs:  # offline LiRA: reference models on the adversary's (shadow) data, no shadow run needed
+        from flower_apps.dfl_dp.attack_lira import LiraSettings, lira_for_run
+
+        lira = LiraSettings(num_reference=refs, epochs=args.lira_epochs or (1 if args.grid == "smoke" else 5))
+        for i, t in enumerate(targets):
+            row = lira_for_run(t, lira)
+            print(f"[lira {i + 1}/{len(targets)}] {t.default_run_name}: AUC {row['auc']:.3f}", flush=True)
     views = ["gradient", "noised-update"] if args.inversion_view == "both" else [args.inversion_view]
-    by_key = {(c.framework, c.condition, c.seed): c for c in targets}
-
-    def lookup(row):
-        plan = build_data_plan(data_key(by_key[(row["framework"], row["condition"], row["seed"])]))
-        return plan.x[plan.train_part][row["index"]], plan.mean, plan.std
-
-    for view in views:
-        rows = attack_eval.gradient_inversion(targets, view, args.inversion_iters, args.inversion_restarts,
-                                              args.attack_workers)
-        md += "\n" + attack_report.inversion_tables(rows, out, view)
-        attack_report.figure8(rows, out, lookup, view)
-    return md
+    for view in views:  # results persist per run; the report below reads them back
+        attack_eval.gradient_inversion(targets, view, args.inversion_iters, args.inversion_restarts,
+                                       args.attack_workers)
+    return attack_report.write_attack_report(args.results_dir) + shadow_overhead(targets, shadows)
 
 
 def _run(pending: list[DflDpConfig], args: argparse.Namespace) -> None:

@@ -15,6 +15,7 @@ Everything comes from the message (run config, levels, client id), never from ``
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import torch
 from flwr.app import ConfigRecord, Context, Message, MetricRecord, RecordDict
@@ -22,8 +23,10 @@ from flwr.app import ConfigRecord, Context, Message, MetricRecord, RecordDict
 from datasets.cancer import TARGET
 from flower_apps.common.torch_utils import pick_device, record_to_state, state_to_record
 from flower_apps.tabular_pdp.config import TabularPdpConfig
-from flower_apps.tabular_pdp.data import (anonymized_table, client_data, client_search, client_table, data_key,
-                                          model_features, regions)
+from datasets.base import DataError
+from flower_apps.common.node_data import describe_reply, error_reply, is_query, node_data_path, node_name
+from flower_apps.tabular_pdp.data import (DataKey, anonymized_table, client_data, client_search, client_table,
+                                          data_key, model_features, node_tables, region_of)
 from flower_apps.tabular_pdp.model import build_model, client_generator, error_sums, train_local
 from privacy.anonymization import AnonymizationError, discretize, privacy_metrics, validate_levels
 
@@ -34,9 +37,8 @@ def _info(cid: int, **extra) -> ConfigRecord:
     return ConfigRecord({"client-id": cid, **extra})
 
 
-def _anonymize(cfg: TabularPdpConfig, cid: int, conf: ConfigRecord) -> RecordDict:
-    key = data_key(cfg)
-    region = regions(key)[cid] if cid < len(regions(key)) else ""
+def _anonymize(cfg: TabularPdpConfig, key: DataKey, cid: int, conf: ConfigRecord) -> RecordDict:
+    region = region_of(key, cid)
     try:
         n = len(client_table(key, cid))
         res = client_search(key, cid, cfg.k, cfg.suppression)
@@ -47,12 +49,11 @@ def _anonymize(cfg: TabularPdpConfig, cid: int, conf: ConfigRecord) -> RecordDic
                                                 "n-records": n})})
 
 
-def _harmonize(cfg: TabularPdpConfig, cid: int, conf: ConfigRecord) -> RecordDict:
-    key = data_key(cfg)
+def _harmonize(cfg: TabularPdpConfig, key: DataKey, cid: int, conf: ConfigRecord) -> RecordDict:
     levels = validate_levels([int(v) for v in conf["levels"]])
     n = len(client_table(key, cid))
     table, suppressed = anonymized_table(key, cid, levels, cfg.k)
-    region = regions(key)[cid]
+    region = region_of(key, cid)
     if suppressed > cfg.suppression * n or len(table) < 2:
         return RecordDict({"info": _info(cid, status="skipped", region=region,
                                          reason=f"levels {list(levels)} suppress {suppressed} of {n} records, more "
@@ -64,17 +65,17 @@ def _harmonize(cfg: TabularPdpConfig, cid: int, conf: ConfigRecord) -> RecordDic
                                                 "suppressed": suppressed, "n-original": n})})
 
 
-def _data(cfg: TabularPdpConfig, cid: int, conf: ConfigRecord):
+def _data(cfg: TabularPdpConfig, key: DataKey, cid: int, conf: ConfigRecord):
     levels = validate_levels([int(v) for v in conf["levels"]])
     poisoned = cfg.poison != "none" and cid == cfg.poison_client
-    d = client_data(data_key(cfg), cid, levels, cfg.k, cfg.features, cfg.test_fraction, cfg.seed,
+    d = client_data(key, cid, levels, cfg.k, cfg.features, cfg.test_fraction, cfg.seed,
                     cfg.poison if poisoned else "none", cfg.poison_scale)
     return d, len(model_features(cfg.features, levels))
 
 
-def _fit(cfg: TabularPdpConfig, cid: int, msg: Message) -> RecordDict:
+def _fit(cfg: TabularPdpConfig, key: DataKey, cid: int, msg: Message) -> RecordDict:
     conf = msg.content["config"]
-    d, in_features = _data(cfg, cid, conf)
+    d, in_features = _data(cfg, key, cid, conf)
     device = pick_device(cfg.device)
     model = build_model(cfg.seed, in_features)
     model.load_state_dict(record_to_state(msg.content["arrays"]))
@@ -87,8 +88,8 @@ def _fit(cfg: TabularPdpConfig, cid: int, msg: Message) -> RecordDict:
                        "info": _info(cid)})
 
 
-def _evaluate(cfg: TabularPdpConfig, cid: int, msg: Message) -> RecordDict:
-    d, in_features = _data(cfg, cid, msg.content["config"])
+def _evaluate(cfg: TabularPdpConfig, key: DataKey, cid: int, msg: Message) -> RecordDict:
+    d, in_features = _data(cfg, key, cid, msg.content["config"])
     device = pick_device(cfg.device)
     model = build_model(cfg.seed, in_features)
     model.load_state_dict(record_to_state(msg.content["arrays"]))
@@ -101,19 +102,33 @@ def train(msg: Message, context: Context) -> Message:
     t0 = time.perf_counter()
     conf = msg.content["config"]
     cfg = TabularPdpConfig.from_json(str(conf["run-config"]))
+    # Deployment with node-local data: this node's data-path only (flower_apps/common/node_data.py).
+    name = node_name(context)
+    try:
+        path = node_data_path(context, cfg.node_local_data)
+        key = data_key(cfg) if path is None else replace(data_key(cfg), node_path=str(path), node=name)
+        if is_query(msg):
+            return describe_reply(msg, name, {c: len(t) for c, t in node_tables(key.node_path, name).items()})
+    except DataError as exc:
+        return error_reply(msg, name, exc)
     ids = [int(c) for c in conf["client-ids"]]
     if len(ids) != 1:
         raise ValueError(f"tabular-pdp plays one logical client per message, got {ids}")
     torch.set_num_threads(1)  # a 17k-parameter MLP: more threads only contend for the cores
+    try:
+        if path is not None:
+            client_table(key, ids[0])  # a node's missing/malformed table fails here, as an error reply naming it
+    except DataError as exc:
+        return error_reply(msg, name, exc)
     phase = str(conf["phase"])
     if phase == "anonymize":
-        content = _anonymize(cfg, ids[0], conf)
+        content = _anonymize(cfg, key, ids[0], conf)
     elif phase == "harmonize":
-        content = _harmonize(cfg, ids[0], conf)
+        content = _harmonize(cfg, key, ids[0], conf)
     elif phase == "fit":
-        content = _fit(cfg, ids[0], msg)
+        content = _fit(cfg, key, ids[0], msg)
     elif phase == "evaluate":
-        content = _evaluate(cfg, ids[0], msg)
+        content = _evaluate(cfg, key, ids[0], msg)
     else:
         raise ValueError(f"unknown phase {phase!r}; allowed: anonymize, harmonize, fit, evaluate")
     content["info"]["seconds"] = time.perf_counter() - t0

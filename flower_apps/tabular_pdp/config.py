@@ -59,6 +59,8 @@ class TabularPdpConfig:
     preset: str
     round_timeout: float  # wall seconds the ServerApp waits for one round's (one phase's) replies
     noise_seed_file: str = ""  # "" = secure DP noise; else a local seed file (privacy.randomness)
+    audit_canaries: int = 0  # client-level audit per client (privacy/audit, strategies/canaries); 0 = none
+    node_local_data: bool = False  # deployment: nodes read their data-path (flower_apps/common/node_data.py)
 
     def to_json(self) -> str:
         """Serialized form carried in every message."""
@@ -77,7 +79,8 @@ class TabularPdpConfig:
         settings = "-".join(self.settings) or "detect"
         poison = "" if self.poison == "none" else f"_{self.poison}{self.poison_client}"
         clip = f"_C{self.clip_norm:g}" if self.clip_mode == "fixed" else ""
-        return f"{settings}{poison}{clip}_E{self.local_epochs}_T{self.num_rounds}_{self.dataset}_s{self.seed}"
+        audit = f"_audit{self.audit_canaries}" if self.audit_canaries else ""  # own folder: not resumed as plain
+        return f"{settings}{poison}{clip}_E{self.local_epochs}_T{self.num_rounds}_{self.dataset}_s{self.seed}{audit}"
 
 
 def build_config(c: dict[str, Any]) -> TabularPdpConfig:
@@ -90,6 +93,10 @@ def build_config(c: dict[str, Any]) -> TabularPdpConfig:
              f"one client per Country_Region: at most {len(COUNTRY_COUNTS)}, got {cfg.num_clients}")
     need(cfg.poison_client < cfg.num_clients, "tab-poison-client",
          f"must be a client id in 0..{cfg.num_clients - 1}, got {cfg.poison_client}")
+    need(cfg.audit_canaries % 2 == 0 and cfg.audit_canaries != 2, "tab-audit-canaries",
+         f"must be 0 or an even number >= 4 per client (half inserted, half held out), got {cfg.audit_canaries}")
+    need(cfg.audit_canaries == 0 or bool({"gdp", "pdp"} & set(cfg.settings)), "tab-audit-canaries",
+         "an audit measures GDP or PDP: tab-settings must include gdp or pdp")
     return cfg
 
 

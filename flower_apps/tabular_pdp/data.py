@@ -17,6 +17,7 @@ import torch
 
 from datasets.cancer import (AGE_RANGE, CANCER_STAGES, CANCER_TYPES, COST_RANGE, GENDERS, GENERATOR_SEED, TARGET,
                              YEAR_RANGE, load_cancer)
+from datasets.node_local import NodeDataError, node_folder, read_manifest, read_table_clients
 from privacy.anonymization import QUASI_IDENTIFIERS, SUPPRESSED, LevelSearch, apply_levels, search_levels
 
 _INTERVAL = re.compile(r"^\[(-?\d+), (-?\d+)\)$")
@@ -29,6 +30,8 @@ class DataKey:
     dataset: str
     data_dir: str
     data_fraction: float
+    node_path: str = ""  # deployment: the node's data-path (its CSV is the client's whole table)
+    node: str = ""  # the node's name, for error messages
 
 
 def data_key(cfg) -> DataKey:  # cfg: TabularPdpConfig (duck-typed)
@@ -49,7 +52,15 @@ def regions(key: DataKey) -> list[str]:
 
 @functools.lru_cache(maxsize=32)
 def client_table(key: DataKey, cid: int) -> pd.DataFrame:
-    """Rows of client ``cid``'s region (a fixed-seed subsample when data-fraction < 1)."""
+    """Rows of client ``cid``'s region (a fixed-seed subsample when data-fraction < 1).
+
+    With node-local data: the node's CSV for ``cid``, as it is (the export already subsampled it).
+    """
+    if key.node_path:
+        tables = node_tables(key.node_path, key.node)
+        if cid not in tables:
+            raise NodeDataError(f"{key.node}: holds clients {sorted(tables)}, asked for client {cid}")
+        return tables[cid]
     names = regions(key)
     if not 0 <= cid < len(names):
         raise ValueError(f"client {cid} has no Country_Region: the table has {len(names)} ({', '.join(names)})")
@@ -60,6 +71,21 @@ def client_table(key: DataKey, cid: int) -> pd.DataFrame:
         keep = np.sort(rng.choice(len(rows), max(1, int(round(len(rows) * key.data_fraction))), replace=False))
         rows = rows.iloc[keep].reset_index(drop=True)
     return rows
+
+
+@functools.lru_cache(maxsize=2)
+def node_tables(node_path: str, node: str) -> dict[int, pd.DataFrame]:
+    """The node's validated tables from ``<data-path>[/tabular-pdp]/node.json`` (cancer-csv)."""
+    m = read_manifest(node_folder(node_path, "tabular-pdp"), "cancer-csv", node)
+    return read_table_clients(m)
+
+
+def region_of(key: DataKey, cid: int) -> str:
+    """Client ``cid``'s Country_Region (from the node's own table in a deployment)."""
+    if key.node_path:
+        return str(client_table(key, cid)["Country_Region"].iloc[0])
+    names = regions(key)
+    return names[cid] if cid < len(names) else ""
 
 
 @functools.lru_cache(maxsize=32)

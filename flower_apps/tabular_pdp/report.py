@@ -123,10 +123,19 @@ def write_run_table(summary: dict, out: Path) -> str:
 # ----------------------------------------------------------------------------- sweep level
 
 
-def load_summaries(results_dir: str | Path) -> list[dict]:
-    """Every finished run's summary under ``<results>/tabular-pdp/runs``."""
+def is_audited(summary: dict) -> bool:
+    """A run made with ``tab-audit-canaries`` > 0: canary clients were in its GDP / PDP cohorts (docs/audit.md)."""
+    return any("audit" in v for v in summary.get("settings", {}).values())
+
+
+def load_summaries(results_dir: str | Path, *, audited: bool = False) -> list[dict]:
+    """The finished runs' summaries under ``<results>/tabular-pdp/runs``: the plain runs, or only the audited ones.
+
+    An audited run is another training run: its canaries share the FedAvg mean and the noise is sized
+    for the real clients and the canaries together, so its MAE / MRE are never pooled with the plain runs'.
+    """
     runs = Path(results_dir) / "tabular-pdp" / "runs"
-    return [read_json(p) for p in sorted(runs.glob("*/summary.json"))]
+    return [s for s in (read_json(p) for p in sorted(runs.glob("*/summary.json"))) if is_audited(s) == audited]
 
 
 def table3_rows(summaries: list[dict]) -> list[dict]:
@@ -219,9 +228,27 @@ def table2_rows(summary: dict) -> list[dict]:
 def write_report(results_dir: str | Path) -> str:
     """Tables (CSV + Markdown) and figures under ``<results>/tabular-pdp``; returns the Markdown."""
     summaries = load_summaries(results_dir)
-    if not summaries:
+    audited = load_summaries(results_dir, audited=True)
+    if not summaries and not audited:
         raise FileNotFoundError(f"no finished tabular-pdp runs under {Path(results_dir) / 'tabular-pdp' / 'runs'}")
     out = Path(results_dir) / "tabular-pdp"
+    md = _plain_tables(summaries, out) if summaries else ""
+    t3a = table3_rows(audited)
+    if t3a:  # their own table: canary clients changed what these runs trained and released
+        md += "\n" + write_table(t3a, out / "table3_comparison_audited",
+                                  "Table III for the audited runs (canary clients in the cohort, docs/audit.md)",
+                                  "Not comparable with the plain runs' Table III: the canaries share the FedAvg mean "
+                                  "and the noise is sized for the clients and the canaries together.")
+    from flower_apps.tabular_pdp.audit_report import write_audit_table
+
+    audit = write_audit_table(results_dir)  # runs made with --audit (docs/audit.md)
+    md += ("\n" + audit) if audit else ""
+    atomic_write_text(out / "report.md", md)
+    return md
+
+
+def _plain_tables(summaries: list[dict], out: Path) -> str:
+    """Tables II-III, drift detection and the heatmaps of the plain (un-audited) runs; returns their Markdown."""
     first = summaries[0]
     md = write_table(anonymization_rows(first), out / "table2_anonymization",
                      f"Anonymization per client (run {first['run']})",
@@ -246,5 +273,4 @@ def write_report(results_dir: str | Path) -> str:
                       for c in d["client_ids"]]
             plot_heatmap(np.asarray(d["divergence"]), labels, [d["client_ids"].index(c) for c in d["flagged"]],
                          out / f"figure1_divergence_{tag}.png", f"{s['run']}: flagged {d['flagged'] or 'none'}")
-    atomic_write_text(out / "report.md", md)
     return md

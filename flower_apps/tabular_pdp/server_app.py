@@ -25,7 +25,8 @@ from flwr.serverapp import Grid
 
 from datasets.cancer import describe_source
 from flower_apps.common.results import open_run_folder, atomic_write_json, atomic_write_jsonl, is_finished, run_folder, run_hash
-from flower_apps.common.torch_utils import state_to_record
+from flower_apps.common.torch_utils import record_to_state, save_state_dict, state_to_record
+from flower_apps.common.node_data import PlacedGrid, RoundErrors, discover, node_of
 from flower_apps.tabular_pdp.config import ACTION, TabularPdpConfig
 from flower_apps.tabular_pdp.data import model_features
 from flower_apps.tabular_pdp.model import build_model
@@ -37,6 +38,7 @@ from privacy.mechanisms import global_l2_norm
 from privacy.personalized import aggregate_sigma, gdp_sigma
 from privacy.randomness import STREAM_TABULAR_SERVER, NoiseSource
 from privacy.tabular_accounting import client_budgets
+from strategies.cohorts import round_problems
 from strategies.base import FastGrid
 from strategies.records import from_numpy, to_numpy
 from strategies.drift_guard import DriftGuard
@@ -45,6 +47,12 @@ from strategies.server_fixed_clipping import ServerSideFixedClipping
 
 log = logging.getLogger("flwr")
 SETTING_CODE = {"vanilla": 0, "gdp": 1, "pdp": 2}
+NO_CLIENT = -1  # the audit canaries' pooled weight in the per-client ledger (never a client id)
+
+
+def model_path(run_folder: Path, setting: str) -> Path:
+    """Where the final global model of ``setting`` is stored (a CPU state dict; read by attacks.py)."""
+    return Path(run_folder) / f"final_model_{setting}.pt"
 
 
 def run_dir(cfg: TabularPdpConfig) -> Path:
@@ -82,30 +90,48 @@ def local_fit(grid: Grid, cfg: TabularPdpConfig, clients: list[int], arrays: Arr
     return models, sizes, failed
 
 
-def _strategy(setting: str, cfg: TabularPdpConfig, clients: list[int], clip_norm: float, risks: dict[int, float]):
+def _strategy(setting: str, cfg: TabularPdpConfig, clients: list[int], clip_norm: float, risks: dict[int, float],
+              canaries=None):
     base = CohortFedAvg(clients, ACTION)
     # Secret noise (OS entropy) unless a local noise-seed-file is given: never from the run seed.
     rng = NoiseSource(cfg.noise_seed_file).numpy_generator(STREAM_TABULAR_SERVER, cfg.seed, SETTING_CODE[setting])
     if setting == "vanilla":
         strat = base
     elif setting == "gdp":
-        strat = ServerSideFixedClipping(base, cfg.noise_multiplier, clip_norm, rng)
+        strat = ServerSideFixedClipping(base, cfg.noise_multiplier, clip_norm, rng, canaries)
     else:
-        strat = PersonalizedServerSideClipping(base, cfg.noise_multiplier, clip_norm, risks, rng)
+        strat = PersonalizedServerSideClipping(base, cfg.noise_multiplier, clip_norm, risks, rng, canaries)
     if cfg.drift_recheck > 0:
         return DriftGuard(strat, base, cfg.drift_recheck, cfg.drift_threshold, cfg.drift_min_ratio), strat, base
     return strat, strat, base
 
 
 def run_setting(grid: Grid, cfg: TabularPdpConfig, setting: str, clients: list[int], w0: ArrayRecord, levels,
-                clip_norm: float, risks: dict[int, float], sizes: dict[int, int]) -> tuple[dict, list[dict]]:
-    """num-rounds rounds of one setting through Flower's Strategy.start; (summary, per-round rows)."""
-    outer, dp, base = _strategy(setting, cfg, clients, clip_norm, risks)
+                clip_norm: float, risks: dict[int, float], sizes: dict[int, int],
+                errors: RoundErrors | None = None) -> tuple[dict, list[dict]]:
+    """num-rounds rounds of one setting through Flower's Strategy.start; (summary, per-round rows).
+
+    Every planned client that did not contribute to a round (error reply, timeout, rejected reply) is
+    added to ``errors`` with its node and reason (the run summary's ``round_errors``).
+    """
+    audit = None
+    if cfg.audit_canaries and setting != "vanilla":  # canary clients per client (docs/audit.md)
+        from flower_apps.tabular_pdp.audit_report import SettingAudit
+
+        audit = SettingAudit(cfg.audit_canaries, cfg.seed, cfg.noise_seed_file, setting, clients, w0, clip_norm,
+                             sizes, risks, cfg.delta)
+    outer, dp, base = _strategy(setting, cfg, clients, clip_norm, risks, audit.weighted if audit else None)
     train_config = phase_config(cfg, "fit", levels)
     t0 = time.perf_counter()
     result = outer.start(FastGrid(grid), w0, num_rounds=cfg.num_rounds, timeout=cfg.round_timeout,
                          train_config=train_config,
-                         evaluate_config=phase_config(cfg, "evaluate", levels))
+                         evaluate_config=phase_config(cfg, "evaluate", levels),
+                         evaluate_fn=audit.observe if audit else None)  # the auditor sees the released models
+    # The released global model, for the attacks (flower_apps/tabular_pdp/attacks.py) and the report card.
+    save_state_dict(record_to_state(result.arrays), model_path(run_dir(cfg), setting))
+    if errors is not None:
+        for r, probs in sorted(round_problems(outer, dp, base).items()):
+            errors.record_problems(r, {c: f"{setting}: {why}" for c, why in probs.items()}, node_of(grid))
     rows = []
     for r in range(1, cfg.num_rounds + 1):
         ev = result.evaluate_metrics_clientapp.get(r, {})
@@ -122,6 +148,8 @@ def run_setting(grid: Grid, cfg: TabularPdpConfig, setting: str, clients: list[i
     summary = {"setting": setting, "final_mae": last["test_mae"], "final_mre": last["test_mre"],
                "final_rmse": last["test_rmse"], "per_client": {str(c): v for c, v in base.per_client_eval.items()},
                "clients": base.client_ids, "seconds": time.perf_counter() - t0}
+    if audit is not None:
+        summary["audit"] = audit.result(dp.rounds)
     if setting != "vanilla":
         summary.update(_accounting(setting, cfg, dp, base, clip_norm, sizes))
     if isinstance(outer, DriftGuard):
@@ -136,6 +164,11 @@ def _accounting(setting: str, cfg: TabularPdpConfig, dp, base: CohortFedAvg, cli
     weights = {c: sizes[c] for c in contributed}
     if not contributed:
         return {"accounting": {}}
+    # Audit canaries (docs/audit.md) share the FedAvg mean: their weight (pseudo-client -1, dropped
+    # from the result) keeps each real client's share p_i = n_i / (W + W_canaries) right.
+    canaries = getattr(dp, "canaries", None)
+    if canaries is not None:
+        weights[NO_CLIENT] = float(canaries.weights.sum())
     if setting == "gdp":
         sig = min(info["sigma"] for info in dp.rounds.values() if "sigma" in info)
         budgets = client_budgets(weights, clip_norm, sig, rounds, cfg.delta)
@@ -145,12 +178,17 @@ def _accounting(setting: str, cfg: TabularPdpConfig, dp, base: CohortFedAvg, cli
         server_view: dict[int, float] = {}
         for info in dp.rounds.values():
             ids = list(info["sigmas"])
-            per_round.append(aggregate_sigma([info["sigmas"][c] for c in ids], [sizes[c] for c in ids]))
+            per_round.append(info["sigma_release"] if "sigma_release" in info else  # with canaries: all members
+                             aggregate_sigma([info["sigmas"][c] for c in ids], [sizes[c] for c in ids]))
             for c in ids:
                 server_view[c] = min(server_view.get(c, np.inf), info["sigmas"][c])
+        if canaries is not None:
+            server_view[NO_CLIENT] = 1.0  # the canaries' row is dropped below
         sig = min(per_round)
         budgets = client_budgets(weights, clip_norm, sig, rounds, cfg.delta, server_view)
-        ratio = sig / gdp_sigma(cfg.noise_multiplier, clip_norm, len(contributed))
+        cohort = len(contributed) + (canaries.num_inserted if canaries is not None else 0)
+        ratio = sig / gdp_sigma(cfg.noise_multiplier, clip_norm, cohort)
+    budgets.pop(NO_CLIENT, None)
     eps = [b["eps_rdp"] for b in budgets.values()]
     return {"sigma_release": sig, "sigma_release_over_gdp": ratio,
             "eps_rdp_min": min(eps), "eps_rdp_max": max(eps), "delta": cfg.delta,
@@ -161,12 +199,17 @@ def server_main(grid: Grid, cfg: TabularPdpConfig) -> dict:
     """Run one configuration through Flower and write its results folder. Returns the summary."""
     from flower_apps.tabular_pdp.data import validate_data
 
-    validate_data(cfg)  # unusable data fails here, in seconds: no run folder, no message sent
+    if not cfg.node_local_data:  # with node-local data the coordinator holds no table (node_data.py)
+        validate_data(cfg)  # unusable data fails here, in seconds: no run folder, no message sent
     out = open_run_folder(run_dir(cfg), cfg)
     t_start = time.perf_counter()
     if cfg.noise_multiplier == 0 and {"gdp", "pdp"} & set(cfg.settings):
         warnings.warn("tab-noise-multiplier = 0: GDP and PDP add no noise (epsilon is infinite)", stacklevel=2)
-    clients = list(range(cfg.num_clients))
+    clients, deployment, errors = list(range(cfg.num_clients)), {}, RoundErrors()
+    if cfg.node_local_data:  # the nodes say which clients (regions) they hold; messages go to the holder
+        found = discover(grid, ACTION, phase_config(cfg, "describe"), cfg.round_timeout, cfg.num_clients)
+        clients, grid = found.client_ids, PlacedGrid(grid, found.placement)
+        deployment = found.summary(range(cfg.num_clients))
 
     # (A) anonymization: two message rounds
     anon = anonymize_and_harmonize(grid, cfg, clients)
@@ -182,6 +225,7 @@ def server_main(grid: Grid, cfg: TabularPdpConfig) -> dict:
 
     # (B) drift detection after a first local round from w(0)
     models, sizes, failed = local_fit(grid, cfg, active, w0, levels, server_round=1)
+    errors.record_problems(1, {c: f"drift detection: {why}" for c, why in failed.items()}, node_of(grid))
     if len(models) < 2:
         raise RuntimeError(f"only {len(models)} client(s) returned a model in the first round; failures: {failed}")
     ids = sorted(models)
@@ -199,6 +243,7 @@ def server_main(grid: Grid, cfg: TabularPdpConfig) -> dict:
     if cfg.settings:  # detection-only runs (sweep's drift demonstration) stop after (B)
         w_bar = weighted_mean({c: models[c] for c in participants}, sizes)
         models2, _, failed2 = local_fit(grid, cfg, participants, from_numpy(w_bar), levels, server_round=2)
+        errors.record_problems(2, {c: f"clip-norm estimate: {why}" for c, why in failed2.items()}, node_of(grid))
         norms = {c: global_l2_norm([m[k].astype(np.float64) - w_bar[k] for k in w_bar]) for c, m in models2.items()}
         clip_est = float(np.quantile(list(norms.values()), cfg.clip_quantile))
     clip_norm = clip_est if cfg.clip_mode == "estimate" and clip_est is not None else cfg.clip_norm
@@ -208,7 +253,7 @@ def server_main(grid: Grid, cfg: TabularPdpConfig) -> dict:
     all_rows: list[dict] = []
     settings: dict[str, dict] = {}
     for setting in cfg.settings:
-        summ, rows = run_setting(grid, cfg, setting, participants, w0, levels, clip_norm, risks, sizes)
+        summ, rows = run_setting(grid, cfg, setting, participants, w0, levels, clip_norm, risks, sizes, errors)
         settings[setting] = summ
         all_rows += rows
         atomic_write_jsonl(out / "rounds.jsonl", all_rows)
@@ -228,10 +273,13 @@ def server_main(grid: Grid, cfg: TabularPdpConfig) -> dict:
         "clip_quantile": cfg.clip_quantile, "update_norms_estimation": {str(c): v for c, v in norms.items()},
         "noise_multiplier": cfg.noise_multiplier, "num_rounds": cfg.num_rounds, "local_epochs": cfg.local_epochs,
         "settings": settings, "wall_seconds": time.perf_counter() - t_start,
-        **NoiseSource(cfg.noise_seed_file).describe(),
+        **NoiseSource(cfg.noise_seed_file).describe(), **deployment, **errors.summary(),
     }
     if settings:
         write_run_table(summary, out)
+    audits = {k: v["audit"] for k, v in settings.items() if "audit" in v}
+    if audits:
+        atomic_write_json(out / "audit.json", audits)
     atomic_write_json(out / "summary.json", summary)
     return summary
 

@@ -43,6 +43,7 @@ KEYS = KeyTable(STUDY, (
     SHARED_KEYS["batch-size"],
     SHARED_KEYS["local-epochs"],
     SHARED_KEYS["test-fraction"],
+    SHARED_KEYS["node-local-data"],
     SHARED_KEYS["delta-total"].refine(field="delta"),
     Key("tab-k", 5, int, ge=1, field="k", doc="k of k-anonymity"),
     Key("tab-suppression", 0.1, float, ge=0, le=1, field="suppression",
@@ -71,4 +72,6 @@ KEYS = KeyTable(STUDY, (
         doc="injected drift: shift-targets (y + 3 SD), flip-targets (y -> max + min - y), scale-features"),
     Key("tab-poison-client", 0, int, ge=0, field="poison_client", doc="the poisoned client (< num-clients)"),
     Key("tab-poison-scale", 3.0, float, gt=0, field="poison_scale", doc="strength of the injected drift"),
+    Key("tab-audit-canaries", 0, int, ge=0, field="audit_canaries",
+        doc="empirical privacy audit of GDP/PDP: canary clients per client (even, >= 4; half inserted), 0 = none"),
 ))

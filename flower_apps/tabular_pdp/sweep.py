@@ -3,6 +3,7 @@
     python -m flower_apps.tabular_pdp.sweep                      # reduced: minutes on 2 cores
     python -m flower_apps.tabular_pdp.sweep --grid paper         # 10 seeds x 5 rounds x 100 epochs
     python -m flower_apps.tabular_pdp.sweep --grid reduced --seeds 5 --drift-seeds 10
+    python -m flower_apps.tabular_pdp.sweep --grid smoke --audit --drift-seeds 0   # formal vs audited eps
     python -m flower_apps.tabular_pdp.sweep --report-only \
         --real-csv ../shared/data/cancer/global_cancer_patients_2015_2024.partial50k.csv
 
@@ -48,6 +49,7 @@ GRIDS = {
     # Tests.
     "smoke": Grid("smoke", 1, 1, ("shift-targets",)),
 }
+AUDIT_CANARIES = 40  # --audit without a number: per client, 20 inserted and 20 held out
 
 
 def build_configs(args: argparse.Namespace) -> list[TabularPdpConfig]:
@@ -56,13 +58,15 @@ def build_configs(args: argparse.Namespace) -> list[TabularPdpConfig]:
     overrides = sweep_overrides(STUDY, grid.preset, args.results_dir, {
         "noise-seed-file": args.noise_seed_file,
         "local-epochs": args.epochs, "num-rounds": args.rounds, "dataset": args.dataset, "data-dir": args.data_dir,
-        "data-fraction": args.data_fraction, "device": args.device, "tab-clip-norm": args.clip_norm})
+        "data-fraction": args.data_fraction, "device": args.device, "tab-clip-norm": args.clip_norm,
+        "tab-noise-multiplier": args.noise_multiplier})
     if args.clip_norm is not None:
         overrides["tab-clip-mode"] = "fixed"
     seeds = range(args.seed0, args.seed0 + (grid.seeds if args.seeds is None else args.seeds))
     drift_seeds = range(args.seed0, args.seed0 + (grid.drift_seeds if args.drift_seeds is None else args.drift_seeds))
     poisons = tuple(args.poisons or grid.poisons)
-    runs = [{"seed": s} for s in seeds]
+    audit = {"tab-audit-canaries": args.audit} if args.audit else {}
+    runs = [{"seed": s, **audit} for s in seeds]  # the audit measures GDP / PDP: main runs only
     runs += [{"seed": s, "tab-settings": "", "tab-poison": p} for p in poisons for s in drift_seeds]
     spec = STUDIES[STUDY]
     configs = []
@@ -71,6 +75,10 @@ def build_configs(args: argparse.Namespace) -> list[TabularPdpConfig]:
         if run.get("tab-poison", "none") != "none":
             flat["tab-poison-client"] = run["seed"] % flat["num-clients"]
         configs.append(spec.build_config(flat))
+        if args.attacks and "tab-settings" not in run:  # --attacks: the same run on raw (unanonymized) data
+            from flower_apps.tabular_pdp.attacks import raw_data_keys
+
+            configs.append(spec.build_config({**flat, **raw_data_keys(args.results_dir)}))
     return configs
 
 
@@ -84,6 +92,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--clip-norm", type=float, help="fix C (tab-clip-mode=fixed) instead of estimating it, "
                    "e.g. the paper's 8.5")
     add_data_args(p, ["cancer-synthetic", "cancer-csv"], "the CSV (or its folder) for --dataset cancer-csv")
+    p.add_argument("--attacks", action="store_true",
+                   help="add a raw-data run per seed, attack every trained model (MIA: shadow-calibrated loss "
+                        "threshold, offline LiRA; attribute inference) and write the privacy report card")
+    p.add_argument("--noise-multiplier", type=float, help="n_eps of GDP and PDP (default: the paper's 0.05)")
+    p.add_argument("--audit", type=int, nargs="?", const=AUDIT_CANARIES, default=0, metavar="PER_CLIENT",
+                   help=f"empirical privacy audit of GDP and PDP in the main runs with this many canary clients per "
+                        f"client (default {AUDIT_CANARIES}, half inserted); audited runs get their own folders")
     p.add_argument("--real-csv", help="also report anonymization on this real partial CSV (e.g. the shared "
                    "50,000-row file; see flower_apps.tabular_pdp.real_table)")
     return p.parse_args(argv)
@@ -99,6 +114,10 @@ def main(argv: list[str] | None = None) -> int:
             from flower_apps.tabular_pdp.real_table import partial_table_report, write_partial_report
 
             md += "\n" + write_partial_report(partial_table_report(args.real_csv), out)
+        if args.attacks:
+            from flower_apps.tabular_pdp.attacks import attack_phase
+
+            md += attack_phase(configs)
         return md
 
     return sweep_main(STUDY, args.grid, lambda: build_configs(args), is_complete, lambda p: _run(p, args), report,

@@ -12,8 +12,11 @@ import time
 from flwr.app import ConfigRecord, Context, Message, MetricRecord, RecordDict
 
 from flower_apps.common.torch_utils import pick_device, record_to_state, state_to_record
+from flower_apps.ultrasound import audit
 from flower_apps.ultrasound.config import UltrasoundConfig
-from flower_apps.ultrasound.data import build_data, data_key
+from datasets.base import DataError
+from flower_apps.common.node_data import describe_reply, error_reply, is_query, node_data_path, node_name
+from flower_apps.ultrasound.data import build_data, data_key, node_clients
 from flower_apps.ultrasound.models import model_skeleton
 from flower_apps.ultrasound.train import DpSettings, client_seed, evaluate, lr_at_round, train_local
 from privacy.randomness import NoiseSource
@@ -40,18 +43,29 @@ def train(msg: Message, context: Context) -> Message:
     t0 = time.perf_counter()
     conf: ConfigRecord = msg.content["config"]
     cfg = UltrasoundConfig.from_json(str(conf["run-config"]))
-    (cid,) = client_ids_of(conf)  # one logical client per message (strategies.fixed_cohort)
+    name = node_name(context)
+    try:  # deployment: this node's data-path only (busi-folder), never the global partition
+        path = node_data_path(context, cfg.node_local_data)
+        data = build_data(data_key(cfg)) if path is None else node_clients(str(path), name, data_key(cfg))
+        if is_query(msg):
+            return describe_reply(msg, data.node, data.sizes(), data.label_counts())
+        (cid,) = client_ids_of(conf)  # one logical client per message (strategies.fixed_cohort)
+        if path is not None and cid not in data.x:
+            raise DataError(f"holds clients {sorted(data.x)}, asked for client {cid}")
+    except DataError as exc:
+        return error_reply(msg, name, exc)
     server_round = int(conf["server-round"])
-    data = build_data(data_key(cfg))
     device = pick_device(cfg.device)
-    model = model_skeleton(cfg.arch, data.num_classes, cfg.image_size, cfg.dp_sgd)
+    model = model_skeleton(cfg.arch, data.num_classes, cfg.image_size, cfg.dp_sgd, cfg.dp_finetune)
     model.load_state_dict(record_to_state(msg.content["arrays"]))
     x, y = data.client_train_data(cid)
-    owners = data.train_owners()[data.client_train[cid]]
+    owners = data.train_owners()[data.client_train[cid]] if path is None else data.owners(cid)
     if cfg.mode == "local":
         return _local_only(msg, cfg, cid, model, x, y, owners, data, device, t0, context)
     mu = float(conf["proximal-mu"]) if "proximal-mu" in conf else 0.0
     lr = lr_at_round(cfg.lr, server_round, cfg.num_rounds)
+    canaries, x, y, owners = audit.client_hook(cfg, cid, x, y, owners, data.num_classes)  # us-audit-canaries > 0 only
+    loss_received = audit.canary_losses(model, canaries, device) if canaries is not None else None
     stats = train_local(model, x, y, epochs=cfg.local_epochs, batch_size=cfg.batch_size, lr_for_epoch=lambda e: lr,
                         device=device, seed=client_seed(cfg.seed, server_round, cid), proximal_mu=mu,
                         dp=dp_settings(cfg, context), owners=owners, profiles=data.profiles)
@@ -62,7 +76,10 @@ def train(msg: Message, context: Context) -> Message:
         "sample-rate": stats.sample_rate or 0.0, "noise-multiplier": cfg.noise_multiplier if cfg.dp_sgd else 0.0,
         "handler-seconds": time.perf_counter() - t0, "cuda": int(device.type == "cuda"),
     })
-    return Message(RecordDict({"arrays": state_to_record(model), METRICS_KEY: metrics}), reply_to=msg)
+    content = RecordDict({"arrays": state_to_record(model), METRICS_KEY: metrics})
+    if canaries is not None:
+        content[audit.AUDIT_RECORD] = audit.audit_record(loss_received, audit.canary_losses(model, canaries, device))
+    return Message(content, reply_to=msg)
 
 
 def _local_only(msg, cfg, cid, model, x, y, owners, data, device, t0, context) -> Message:

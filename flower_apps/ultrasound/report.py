@@ -7,7 +7,9 @@ Over runs (:func:`write_report`), mean +- sample SD [95% t-interval] over seeds:
 Table 2 (partitions), Table 4 (communication), Tables 5-10 (utility per task, partition,
 backbone and method), Table 11 (best FL vs centralized, with delta, beside the paper),
 Tables 12-14 (DP-SGD with FedAvg / FedProx / FedAdam: utility, epsilon, overhead),
-Table 15 (clip norm x noise multiplier ablation), per-client table, convergence figures.
+Table 15 (clip norm x noise multiplier ablation), per-client table, convergence figures; and from
+:mod:`flower_apps.ultrasound.report_paper`: Table 11 per architecture, Tables 12 / 13 / 14 per task with
+the DP cost in points, Table 1 and Figure 3 (epsilon vs eta).
 Every comparison states the dataset-size caveat.
 """
 
@@ -23,6 +25,8 @@ from flower_apps.common.plots import integer_ticks, save_fig, subplots
 from flower_apps.common.results import atomic_write_text, read_json
 from flower_apps.common.stats import summarize
 from flower_apps.common.tables import csv_text, group_by
+from flower_apps.ultrasound.audit import AUDIT_NOTE, audit_cells, audit_rows
+from flower_apps.ultrasound.report_paper import write_paper_tables
 
 METRICS = ("accuracy", "f1", "precision", "recall", "specificity", "auc")
 METHOD_LABEL = {"fedavg": "FedAvg", "fedprox": "FedProx", "fedadam": "FedAdam (FedOpt)",
@@ -112,11 +116,16 @@ def load_summaries(results_dir: str | Path) -> list[dict]:
 
 def _scale(s: dict) -> str:
     return (f"{s['dataset']} {s['image_size']}px K{s['num_clients']} T{s['num_rounds']} E{s['local_epochs']}"
-            + (" SYNTHETIC" if s["synthetic"] else ""))
+            + (" SYNTHETIC" if s["synthetic"] else "")
+            # audited runs train client 0 on canaries too: their own rows, never pooled with un-audited seeds
+            + (f" audited ({s['audit']['canaries']} {s['audit']['canary_kind']})" if s.get("audit") else ""))
 
 
 def _dp(s: dict) -> str:
-    return f"C={s['max_grad_norm']:g}, z={s['noise_multiplier']:g}" if s["dp_sgd"] else "none"
+    if not s["dp_sgd"]:
+        return "none"
+    mode = f", {s['dp_finetune']}" if s.get("dp_finetune") else ""  # runs before us-dp-finetune: GroupNorm
+    return f"C={s['max_grad_norm']:g}, z={s['noise_multiplier']:g}{mode}"
 
 
 def _stat_cells(runs: list[dict], scale: float = 100.0) -> dict:
@@ -141,6 +150,7 @@ def results_rows(summaries: list[dict], dp: bool) -> list[dict]:
     order = lambda k: (k[0], k[1], k[2], k[3], METHOD_ORDER.index(k[4]), k[5])  # noqa: E731
     groups = group_by(sel, key)
     rows = []
+    audited = any(s.get("audit") for s in sel)
     nodp_step = {(_scale(s), s["task"], s["partition"], s["arch"], s["method"]): s["timing"]["mean_step_seconds"]
                  for s in summaries if not s["dp_sgd"]}
     for k in sorted(groups, key=order):
@@ -152,6 +162,8 @@ def results_rows(summaries: list[dict], dp: bool) -> list[dict]:
             eps = [r["accounting"]["eps_rdp_max"] for r in runs if r.get("accounting")]
             row["eps RDP (max client)"] = f"{np.mean(eps):.3g}" if eps else "-"
             row["eps paper sqrt(T)"] = f"{np.mean([r['accounting']['eps_paper_sqrtT_max'] for r in runs]):.3g}"
+            if audited:
+                row.update(audit_cells(runs))
             base = nodp_step.get(k[:5])
             step = np.mean([r["timing"]["mean_step_seconds"] for r in runs])
             row["step time vs no-DP"] = f"{step / base:.2f}x" if base else "-"
@@ -329,11 +341,16 @@ def write_report(results_dir: str | Path) -> str:
         md += write_table(dp, out / "table12_14_dp", "Tables 12-14 style: DP-SGD (client side, Opacus)",
                           "eps RDP: dp-accounting RDP accountant with each client's actual sample rate and steps; "
                           "eps paper sqrt(T): the paper's basic-composition estimate. " + CAVEAT) + "\n"
+        aud = audit_rows(summaries)
+        if aud:
+            md += write_table(aud, out / "table_audit", "Empirical DP-SGD audit (one run, example level)",
+                              AUDIT_NOTE) + "\n"
         abl, grids = ablation_rows(summaries)
         if abl:
             md += write_table(abl, out / "table15_ablation", "Table 15 style: clip norm C x noise multiplier z "
                               "(FedAvg + DP-SGD accuracy %)") + "\n"
             _ablation_figure(grids, out)
+    md += write_paper_tables(res, dp, summaries, out, write_table, CAVEAT)
     com = communication_rows(summaries)
     if com:
         md += write_table(com, out / "table4_communication", "Table 4 style: communication per round "

@@ -24,9 +24,11 @@ from flwr.app import ArrayRecord, ConfigRecord, MetricRecord
 from flwr.serverapp import Grid
 
 from flower_apps.common.results import open_run_folder, atomic_write_json, atomic_write_jsonl, config_hash, is_finished, run_folder
-from flower_apps.common.torch_utils import pick_device, record_to_state, state_to_record
+from flower_apps.common.torch_utils import pick_device, record_to_state, save_state_dict, state_to_record
+from flower_apps.ultrasound import audit
 from flower_apps.ultrasound.config import ACTION, UltrasoundConfig
-from flower_apps.ultrasound.data import UltrasoundData, build_data, data_key
+from flower_apps.common.node_data import PlacedGrid, discover
+from flower_apps.ultrasound.data import UltrasoundData, build_data, coordinator_data, data_key
 from flower_apps.ultrasound.models import create_model
 from flower_apps.ultrasound.report import write_run_outputs
 from flower_apps.ultrasound.strategy import build_ultrasound_strategy
@@ -96,12 +98,14 @@ def server_main(grid: Grid, cfg: UltrasoundConfig) -> dict:
     from flower_apps.ultrasound.data import validate_data
 
     validate_data(cfg)  # unusable data fails here, in seconds: no run folder, no message sent
+    audit_view = audit.audit_grid(grid, cfg)  # us-audit-canaries > 0 only; refuses what it cannot observe
     out = open_run_folder(run_dir(cfg), cfg)
     (out / "summary.json").unlink(missing_ok=True)  # a stale summary (other config) must not count as done
-    data = build_data(data_key(cfg))
+    # Deployment: the SuperNodes say which clients they hold; the coordinator keeps only test/ and val/.
+    data, grid, deployment = _node_local(grid, cfg) if cfg.node_local_data else (build_data(data_key(cfg)), grid, {})
     device = pick_device(cfg.device)
     model, info = create_model(cfg.arch, data.num_classes, cfg.image_size, dp=cfg.dp_sgd, pretrained=cfg.pretrained,
-                               weights_dir=cfg.weights_dir, seed=cfg.seed)
+                               weights_dir=cfg.weights_dir, seed=cfg.seed, dp_finetune=cfg.dp_finetune)
     atomic_write_json(out / "model.json", info)
     initial = state_to_record(model)
     payload = int(sum(a.numpy().nbytes for a in initial.values()))
@@ -109,7 +113,7 @@ def server_main(grid: Grid, cfg: UltrasoundConfig) -> dict:
     log.info("ultrasound %s: %s on %s (%s), %d train / %d test, device %s", out.name, cfg.method, cfg.arch,
              info["weights"], len(data.y["train"]), len(data.y["test"]), device)
     if cfg.mode == "federated":
-        res = _federated(grid, cfg, model, initial, data, device)
+        res = _federated(grid if audit_view is None else audit_view, cfg, model, initial, data, device)
     elif cfg.mode == "centralized":
         res = _centralized(cfg, model, data, device)
     else:
@@ -119,7 +123,8 @@ def server_main(grid: Grid, cfg: UltrasoundConfig) -> dict:
         "config_hash": config_hash(cfg.effective()), "run": out.name, "method": cfg.method, "mode": cfg.mode,
         "algorithm": cfg.algorithm if cfg.mode == "federated" else None, "arch": cfg.arch,
         "paper_name": info["paper_name"], "weights": info["weights"], "pretrained_loaded": info["pretrained_loaded"],
-        "dp_model_changes": len(info["dp_model_changes"]), "task": cfg.task, "class_names": list(data.class_names),
+        "dp_model_changes": len(info["dp_model_changes"]), "dp_finetune": info["dp_finetune"],
+        "num_trainable": info["num_trainable"], "task": cfg.task, "class_names": list(data.class_names),
         "partition": cfg.partition, "dataset": data.name, "synthetic": data.synthetic, "data_notes": data.notes,
         "image_size": cfg.image_size, "num_clients": cfg.num_clients, "num_rounds": cfg.num_rounds,
         "local_epochs": cfg.local_epochs, "batch_size": cfg.batch_size, "lr": cfg.lr, "seed": cfg.seed,
@@ -139,6 +144,9 @@ def server_main(grid: Grid, cfg: UltrasoundConfig) -> dict:
         if cfg.mode == "federated" else None,
         "accounting": accounting(ledgers, cfg) if cfg.dp_sgd else None,
     }
+    if audit_view is not None:  # the one-run DP-SGD audit, beside the RDP accountant's epsilon (docs/audit.md)
+        summary["audit"] = audit.write_audit(out, cfg, audit_view, summary["accounting"])
+    summary.update(deployment)  # node-local runs: which node held which clients, which nodes failed and why
     write_run_outputs(out, summary, rounds, data.partition_rows(), info)
     atomic_write_json(out / "summary.json", summary)  # last: its presence marks the run complete
     return summary
@@ -153,8 +161,22 @@ def _timing(round_seconds: list[float], client_rows: list[dict]) -> dict:
             "round_seconds": round_seconds}
 
 
+def _node_local(grid: Grid, cfg: UltrasoundConfig) -> tuple[UltrasoundData, Grid, dict]:
+    """Node-local data: discover who holds which clients; a node with unusable data is left out from the start.
+
+    The paper's protocol is full participation: the clients the usable nodes hold form the fixed cohort
+    (a node lost mid-run still fails the round loudly, strategy.FullCohort). The summary records the
+    nodes, their clients and every node that failed, with its reason.
+    """
+    found = discover(grid, ACTION, ConfigRecord({"run-config": cfg.to_json()}), cfg.round_timeout, cfg.num_clients)
+    data = coordinator_data(cfg, found.sizes(), found.label_counts())
+    return data, PlacedGrid(grid, found.placement), found.summary(range(cfg.num_clients))
+
+
 def _cohort(grid: Grid, cfg: UltrasoundConfig) -> list[int]:
     """The K logical clients: one node per client when K are connected, else shared round-robin."""
+    if isinstance(grid, PlacedGrid):  # node-local data: the clients the nodes hold, each routed to its holder
+        return grid.client_ids
     nodes = wait_for_nodes(grid, 1)
     log.info("ultrasound: %d logical clients on %d SuperNode(s)", cfg.num_clients, min(len(nodes), cfg.num_clients))
     return list(range(cfg.num_clients))
@@ -197,6 +219,8 @@ def _federated(grid: Grid, cfg: UltrasoundConfig, model, initial: ArrayRecord, d
     result = strategy.start(FastGrid(grid), initial, num_rounds=cfg.num_rounds, timeout=cfg.round_timeout,
                             train_config=ConfigRecord({"run-config": cfg.to_json()}), evaluate_fn=evaluate_fn)
     model.load_state_dict({k: v.to(device) for k, v in record_to_state(result.arrays).items()})
+    # The released global model (keys of models.model_skeleton), for flower_apps/ultrasound/attacks.py.
+    save_state_dict(model, run_dir(cfg) / "final_model.pt")
     final = evaluate(model, data.x["test"], data.y["test"], device)
     ledgers: dict[int, DpSgdLedger] = {k: DpSgdLedger() for k in range(cfg.num_clients)}
     all_rows = [m for r in sorted(strategy.client_metrics) for m in strategy.client_metrics[r].values()]

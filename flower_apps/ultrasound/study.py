@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from datasets.busi import TASKS, ULTRASOUND_SOURCES
 from flower_apps.config import COMMON_KEYS, SHARED_KEYS, Key, KeyTable
-from flower_apps.ultrasound.models import ARCHS
+from flower_apps.ultrasound.models import ARCHS, DP_FINETUNE
 from privacy.dpsgd import GRAD_SAMPLE_MODES
 
 STUDY = "ultrasound"
@@ -17,6 +17,7 @@ ACTION = "ultrasound"
 ALGORITHMS = ("fedavg", "fedprox", "fedadam")
 MODES = ("federated", "centralized", "local")
 PARTITIONS = ("iid", "non-iid", "label", "quantity", "feature")
+CANARY_KINDS = ("random-pixels", "mislabelled")  # the one-run DP-SGD audit's canaries (flower_apps/ultrasound/audit.py)
 
 KEYS = KeyTable(STUDY, (
     COMMON_KEYS["dataset"].refine(choices=ULTRASOUND_SOURCES),
@@ -46,10 +47,20 @@ KEYS = KeyTable(STUDY, (
     Key("us-noise-multiplier", 2.0, float, ge=0, field="noise_multiplier", doc="z: DP-SGD noise multiplier"),
     Key("us-max-grad-norm", 1.5, float, gt=0, field="max_grad_norm", doc="C: DP-SGD per-sample clipping norm"),
     Key("us-delta", 1e-5, float, gt=0, lt=1, field="delta", doc="delta at which DP-SGD epsilon is reported"),
+    Key("us-dp-finetune", "frozen-bn", str, choices=DP_FINETUNE, field="dp_finetune",
+        doc="DP-SGD on a pretrained net: frozen-bn (BatchNorm frozen in eval form, ImageNet statistics kept), "
+            "frozen-bn-last (also only the last 3 layer groups trained) or groupnorm (BN -> GroupNorm)"),
     Key("us-grad-sample-mode", "ghost", str, choices=GRAD_SAMPLE_MODES, field="grad_sample_mode",
         doc="per-sample gradient implementation (ghost clipping: fastest on CPU, least memory)"),
     Key("us-pretrained", True, bool, field="pretrained", doc="start from ImageNet weights when available"),
     Key("us-weights-dir", "", str, field="weights_dir", doc="where pretrained weights are ('' = the caches)"),
     Key("us-synthetic-fallback", False, bool, field="synthetic_fallback",
         doc="smoke only: labelled synthetic images when BUSI is absent"),
+    SHARED_KEYS["node-local-data"],
+    SHARED_KEYS["eval-data-path"],
+    Key("us-audit-canaries", 0, int, ge=0, field="audit_canaries",
+        doc="one-run empirical DP-SGD audit of client 0 (federated runs): canary examples, half inserted; "
+            "0 = no audit (docs/audit.md)"),
+    Key("us-audit-canary", "random-pixels", str, choices=CANARY_KINDS, field="audit_canary",
+        doc="audit canaries: random-pixel images with random labels, or mislabelled images of client 0"),
 ))

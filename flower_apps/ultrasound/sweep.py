@@ -3,6 +3,7 @@
     python -m flower_apps.ultrasound.sweep --grid smoke
     python -m flower_apps.ultrasound.sweep --grid cpu --tasks normal-vs-abnormal --partitions iid --seeds 2
     python -m flower_apps.ultrasound.sweep --grid paper --num-gpus 0.125        # GPU: 8 clients share one GPU
+    python -m flower_apps.ultrasound.sweep --grid smoke --methods fedavg --audit  # + one-run DP-SGD audit
 
 A grid is: tasks x partitions x backbones x methods (FedAvg, FedProx, FedAdam, centralized,
 local-only) without DP; the FL algorithms again with DP-SGD at the paper's operating point
@@ -21,6 +22,7 @@ from pathlib import Path
 from flower_apps.common.sweep import add_data_args, run_keys, run_pending, sweep_main, sweep_overrides, sweep_parser
 from flower_apps.config import ConfigError
 from flower_apps.studies import STUDIES
+from flower_apps.ultrasound import audit
 from flower_apps.ultrasound.config import ALGORITHMS, MODES, UltrasoundConfig
 from flower_apps.ultrasound.report import write_report
 from flower_apps.ultrasound.server_app import is_complete, server_main
@@ -53,9 +55,10 @@ GRIDS = {
     # Minutes on 2 cores: every method, DP at the paper's point, a 2-cell ablation (tables and figures).
     "smoke": Grid("smoke", ("normal-vs-abnormal",), ("non-iid",), ("mobilenetv2_100",), METHODS, ("fedavg",),
                   (1.5, 2.0), ("normal-vs-abnormal",), (0.5, 1.5), (2.0,), "mobilenetv2_100", 1),
-    # CPU scale (64 px, MobileNetV2, T = 10, E = 2): the paper's structure; hours for all of it -- subset it.
-    "cpu": Grid("cpu", TASKS3, ("iid", "non-iid"), ("mobilenetv2_100",), METHODS, ALGORITHMS, (1.5, 2.0),
-                ("normal-vs-abnormal",), PAPER_ABLATION_C, PAPER_ABLATION_Z, "mobilenetv2_100", 3),
+    # CPU scale (ImageNet-pretrained EfficientNet-Lite0 from its wheel, 96 px, T = 5, E = 1): the paper's
+    # structure, DP-SGD on all three tasks (Tables 12-14); minutes per run on 2 cores -- subset it.
+    "cpu": Grid("cpu", TASKS3, ("iid", "non-iid"), ("efficientnet_lite0",), METHODS, ALGORITHMS, (1.5, 2.0),
+                TASKS3, PAPER_ABLATION_C, PAPER_ABLATION_Z, "efficientnet_lite0", 3),
     # The paper (GPU): seven backbones, three tasks, IID and non-IID, DP for every FL algorithm, full ablation.
     "paper": Grid("paper", TASKS3, ("iid", "non-iid"),
                   ("resnet50", "vgg16", "vgg19", "densenet121", "mobilenetv2_100", "vit_small_patch16_224",
@@ -90,7 +93,8 @@ def run_specs(grid: Grid, args: argparse.Namespace) -> list[dict]:
                         c, z = grid.dp_point
                         specs += [{**base, **_method_keys(m), "us-dp-sgd": True, "us-max-grad-norm": c,
                                    "us-noise-multiplier": z} for m in grid.dp_methods if m in methods]
-            if not args.no_ablation and task in grid.dp_tasks and "fedavg" in methods:
+            # Table 15's C x z ablation: on the first DP task only (normal vs abnormal), as in the paper
+            if not args.no_ablation and task == grid.dp_tasks[0] and "fedavg" in methods:
                 arch = grid.ablation_arch if not args.archs else args.archs[0]
                 part = "non-iid" if "non-iid" in parts else parts[0]  # the ablation runs on one partition
                 for c in args.ablation_c or grid.ablation_c:
@@ -113,6 +117,10 @@ def build_configs(args: argparse.Namespace) -> list[UltrasoundConfig]:
     configs, seen = [], set()
     for run in run_specs(grid, args):
         cfg = spec.build_config(run_keys(knobs, run))
+        if args.audit and cfg.mode == "federated":  # --audit only sets the run keys (flower_apps/ultrasound/audit.py)
+            cfg = spec.build_config(run_keys(knobs, {**run, "us-audit-canaries": args.audit,
+                                                     "us-audit-canary": args.audit_canary}))
+            audit.check_auditable(cfg, audit.AuditRequest.of(cfg))  # refused here, before the simulation starts
         if cfg.default_run_name not in seen:
             seen.add(cfg.default_run_name)
             configs.append(cfg)
@@ -138,14 +146,34 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--num-gpus", type=float, default=None,
                    help="GPUs per virtual SuperNode (default: 1/K with CUDA, so the K clients share one GPU)")
     p.add_argument("--list", action="store_true", help="print the runs and exit")
+    p.add_argument("--attacks", action="store_true",
+                   help="attack every federated run's final model (MIA with shadow models and offline LiRA; "
+                        "DLG / iDLG / InvGrad on single-example and DP-SGD gradients) and write the report card")
+    p.add_argument("--audit", type=int, nargs="?", const=audit.DEFAULT_CANARIES, default=0, metavar="M",
+                   help=f"one-run empirical DP-SGD audit of client {audit.AUDITED_CLIENT} in every federated run, "
+                        f"M canaries (default {audit.DEFAULT_CANARIES}): sets the run key us-audit-canaries; "
+                        "audited runs get their own folders")
+    p.add_argument("--audit-canary", choices=audit.CANARY_KINDS, default="random-pixels",
+                   help="input-space canaries: random-pixel images with random labels, or mislabelled client images")
     return p.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    return sweep_main("ultrasound", args.grid, lambda: build_configs(args), is_complete, lambda p: _run(p, args),
-                      lambda configs: write_report(args.results_dir), Path(args.results_dir) / "ultrasound",
+    return sweep_main("ultrasound", args.grid, lambda: build_configs(args), is_complete,
+                      lambda p: _run(p, args),
+                      lambda configs: write_report(args.results_dir) + _attacks(configs, args),
+                      Path(args.results_dir) / "ultrasound",
                       report_only=args.report_only, list_only=args.list)
+
+
+def _attacks(configs: list[UltrasoundConfig], args: argparse.Namespace) -> str:
+    """--attacks: MIA (shadow, loss threshold, offline LiRA) and inversion per federated run, report card."""
+    if not args.attacks:
+        return ""
+    from flower_apps.ultrasound.attacks import attack_phase
+
+    return attack_phase(configs)
 
 
 def _run(pending: list[UltrasoundConfig], args: argparse.Namespace) -> None:
@@ -153,7 +181,8 @@ def _run(pending: list[UltrasoundConfig], args: argparse.Namespace) -> None:
 
     nodes = max(c.num_clients for c in pending)
     num_gpus = args.num_gpus if args.num_gpus is not None else (1.0 / nodes if torch.cuda.is_available() else 0.0)
-    run_pending(pending, server_main, is_complete, nodes=nodes, num_cpus=args.num_cpus, num_gpus=num_gpus,
+    run_pending(pending, server_main, is_complete, nodes=nodes, num_cpus=args.num_cpus,
+                num_gpus=num_gpus,
                 describe=lambda s: f"acc {s['test_accuracy']:.4f}")
 
 

@@ -14,6 +14,12 @@ One action, two phases (``config['phase']``):
 Everything comes from the message (run config as JSON, models, fragments); nothing from
 ``context.run_config`` or ``context.state``: the node's memory between phases is held
 by the ServerApp, which plays the world (see docs/unlinkable_dfl.md).
+
+Deployment (``node-local-data = true``): local training is the only step that touches training
+data and it runs here, so a SuperNode trains on its ``data-path`` shards and nothing else
+(:func:`flower_apps.unlinkable_dfl.data.node_shards`); it answers the server's describe message
+with the logical nodes it holds. The aggregate phase then does not evaluate: the coordinator
+evaluates every node's model on its ``eval-data-path`` (a SuperNode holds no test set).
 """
 
 from __future__ import annotations
@@ -25,7 +31,9 @@ from flwr.app import ConfigRecord, Context, Message, MetricRecord, RecordDict
 
 from flower_apps.common.torch_utils import record_to_state, state_to_record
 from flower_apps.unlinkable_dfl.config import UdflConfig
-from flower_apps.unlinkable_dfl.data import build_data_plan, data_key
+from datasets.base import DataError
+from flower_apps.common.node_data import describe_reply, error_reply, is_query, node_data_path, node_name
+from flower_apps.unlinkable_dfl.data import build_data_plan, data_key, node_shards
 from flower_apps.unlinkable_dfl.models import build_model, load_vector, shareable_keys, state_vector
 from flower_apps.unlinkable_dfl.node import (
     aggregate,
@@ -53,19 +61,28 @@ def train(msg: Message, context: Context) -> Message:
     """Dispatch on the phase named in the message."""
     conf = msg.content["config"]
     cfg = UdflConfig.from_json(str(conf["run-config"]))
+    name = node_name(context)
+    try:  # deployment: this node's data-path only, never the global partition
+        path = node_data_path(context, cfg.node_local_data)
+        plan = build_data_plan(data_key(cfg)) if path is None else node_shards(str(path), name)
+        if is_query(msg):
+            return describe_reply(msg, plan.node, plan.sizes(), plan.label_counts())
+        if path is not None and not set(client_ids_of(conf)) <= set(plan.x):
+            raise DataError(f"holds nodes {sorted(plan.x)}, asked for {client_ids_of(conf)}")
+    except DataError as exc:
+        return error_reply(msg, name, exc)
     phase = str(conf["phase"])
     if phase == "train":
-        out = _train_phase(cfg, msg.content, int(conf["server-round"]))
+        out = _train_phase(cfg, plan, msg.content, int(conf["server-round"]))
     elif phase == "aggregate":
-        out = _aggregate_phase(cfg, msg.content, int(conf["server-round"]))
+        out = _aggregate_phase(cfg, plan, msg.content, int(conf["server-round"]))
     else:
         raise ValueError(f"phase must be 'train' or 'aggregate', got {phase!r}")
     return Message(out, reply_to=msg)
 
 
-def _train_phase(cfg: UdflConfig, content: RecordDict, round_: int) -> RecordDict:
+def _train_phase(cfg: UdflConfig, plan, content: RecordDict, round_: int) -> RecordDict:
     conf = content["config"]
-    plan = build_data_plan(data_key(cfg))
     byzantine = {int(i) for i in conf.get("byzantine-ids", [])}
     out = RecordDict()
     for node in client_ids_of(conf):
@@ -105,10 +122,10 @@ def _train_phase(cfg: UdflConfig, content: RecordDict, round_: int) -> RecordDic
     return out
 
 
-def _aggregate_phase(cfg: UdflConfig, content: RecordDict, round_: int) -> RecordDict:
+def _aggregate_phase(cfg: UdflConfig, plan, content: RecordDict, round_: int) -> RecordDict:
     conf = content["config"]
-    plan = build_data_plan(data_key(cfg))
-    x_test, y_test = plan.test_subset(cfg.eval_samples)
+    # node-local: no test set on the node; the coordinator evaluates the returned model (server_app)
+    x_test, y_test = (None, None) if cfg.node_local_data else plan.test_subset(cfg.eval_samples)
     out = RecordDict()
     for node in client_ids_of(conf):
         c0, t0 = time.process_time(), time.perf_counter()
@@ -123,7 +140,7 @@ def _aggregate_phase(cfg: UdflConfig, content: RecordDict, round_: int) -> Recor
                                   cfg.krum_fallback)
         model.load_state_dict(load_vector(state, keys, vector))
         agg_cpu = time.process_time() - c0
-        acc, loss = evaluate(model, x_test, y_test)
+        acc, loss = evaluate(model, x_test, y_test) if x_test is not None else (float("nan"), float("nan"))
         out[client_key(node)] = state_to_record(model)
         out[f"metrics.{node}"] = MetricRecord({
             "test-acc": acc, "test-loss": loss, "aggregate-cpu-s": agg_cpu,

@@ -71,6 +71,8 @@ class UdflConfig:
     run_name: str
     preset: str
     round_timeout: float  # wall seconds the ServerApp waits for one phase's replies
+    node_local_data: bool = False  # deployment: SuperNodes train on their data-path (flower_apps/common/node_data.py)
+    eval_data_path: str = ""  # with node_local_data: the coordinator's test set, on which it evaluates every node
 
     def to_json(self) -> str:
         """Serialized form carried in every message."""
@@ -98,6 +100,8 @@ class UdflConfig:
                "baseline": "baseline"}[self.transport]
         parts = [net, self.encoding, f"r{self.share_ratio:g}", self.aggregator, f"a{self.alpha:g}",
                  f"N{self.num_nodes}", f"T{self.num_rounds}", self.dataset, self.model, self.topology]
+        if self.topology != "full-mesh" and self.degree != 4:  # the degree sweep (default 4 keeps old names)
+            parts.append(f"d{self.degree}")
         if self.churn_leave > 0:
             parts.append(f"churn{self.churn_leave:g}-{self.churn_join:g}")
         if self.byzantine_fraction > 0:

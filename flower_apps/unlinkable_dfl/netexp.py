@@ -28,7 +28,10 @@ from attacks.linking.scoring import fragment_targets, score_linking
 from attacks.linking.timing import flow_correlation_attack
 from privacy.mixnet import MixnetConfig, Simulator
 from privacy.mixnet.messages import fragment_capacity
-from privacy.mixnet.metrics import h_path, h_relay, relay_mapping_entropy
+from privacy.mixnet.metrics import h_path, h_relay, relay_mapping_entropy, relay_min_entropy
+from privacy.mixnet.theory import ideal_relay_min_entropy, path_length_prior, theory_row
+
+COMPROMISED = (0.1, 0.25)  # Corollary 1: fractions of colluding relays tabulated beside the measurement
 
 MAX_TARGETS = 600  # attributed frames per configuration (a seeded sample when more)
 
@@ -81,7 +84,13 @@ def run_traffic(spec: TrafficSpec) -> tuple[Simulator, list[bytes], float]:
 
 
 def linking_scores(sim: Simulator, ids: list[bytes], seed: int = 0) -> dict[str, float]:
-    """Flow-correlation attack on the trace, topology-agnostic and topology-aware."""
+    """Flow-correlation attack on the trace, topology-agnostic and topology-aware, with the theory beside it.
+
+    Theory (``privacy.mixnet.theory``): per variant, Theorem 1's bound on the advantage with the
+    ideal ``H_inf = log2 O`` (``*_ideal_*``) and with the trace's average relay min-entropy
+    (``*_trace_*``), Corollary 1 at the ``COMPROMISED`` fractions, and the sender posterior's
+    average min-entropy ``-log2 E[max_s P(s | view)]`` (``*_sender_h_inf_bits``).
+    """
     view, truth = sim.adversary_view(), sim.ground_truth()
     records = sim.message_records()
     pairs = {(records[m].src, records[m].dst) for m in ids}
@@ -90,11 +99,28 @@ def linking_scores(sim: Simulator, ids: list[bytes], seed: int = 0) -> dict[str,
         pick = np.random.default_rng([seed, 9]).choice(len(targets), MAX_TARGETS, replace=False)
         targets = [targets[k] for k in sorted(pick)]
     frames = [t.frame for t in targets]
-    out: dict[str, float] = {}
-    for name, nbrs in (("agnostic", None), ("aware", sim.topology.adjacency)):
+    cfg = sim.config
+    prior = path_length_prior(cfg.max_path_length, cfg.path_length_weights)
+    relay = relay_min_entropy(view, truth=truth)
+    out: dict[str, float] = {"relay_h_inf_bits": relay.h_inf_bits, "relay_guess_probability": relay.guess_probability,
+                             "relay_outputs_scored": relay.outputs,
+                             "ideal_h_inf_bits": ideal_relay_min_entropy(cfg.outbox_size)}
+    # The topology-aware adversary knows fragments come from the receiver's neighbours: its relay
+    # posterior is conditioned on that too (H_inf can only drop), or its bound would not hold.
+    aware_relay = relay_min_entropy(view, truth=truth, topology=view.neighbours())
+    out["aware_relay_h_inf_bits"] = aware_relay.h_inf_bits
+    h_trace = {"agnostic": relay.h_inf_bits, "aware": aware_relay.h_inf_bits}
+    for name, nbrs in (("agnostic", None), ("aware", view.neighbours())):
         guesses = flow_correlation_attack(view, frames, nbrs, np.random.default_rng([seed, 10]))
         for k, v in score_linking(guesses, targets).as_dict().items():
             out[f"{name}_{k}"] = v
+        if not guesses:
+            continue
+        sizes = [max(1, len(g.anonymity)) for g in guesses]
+        out.update(theory_row(out["ideal_h_inf_bits"], prior, sizes, COMPROMISED).as_dict(f"{name}_ideal"))
+        out.update(theory_row(h_trace[name], prior, sizes, COMPROMISED).as_dict(f"{name}_trace"))
+        guess_p = float(np.mean([g.posterior for g in guesses]))
+        out[f"{name}_sender_h_inf_bits"] = float(-np.log2(guess_p)) if guess_p > 0 else float("inf")
     return out
 
 
@@ -123,7 +149,8 @@ def measure(spec: TrafficSpec, entropy_relays: int = 8) -> dict[str, float]:
     rtt = [records[m].acked - records[m].sent for m in ids if records[m].acked is not None]
     delivered = [m for m in ids if records[m].delivered is not None]
     row: dict[str, float] = {
-        "label": spec.label, "num_nodes": n, "mixnet": spec.mixnet, "max_hops": spec.max_hops if spec.mixnet else 1,
+        "label": spec.label, "num_nodes": n, "degree": spec.degree, "topology": spec.topology,
+        "mixnet": spec.mixnet, "max_hops": spec.max_hops if spec.mixnet else 1,
         "outbox": spec.outbox if spec.mixnet else 1, "mu": spec.mu if spec.mixnet else 0.0, "seed": spec.seed,
         "fragments": len(ids), "completeness": len(delivered) / len(ids) if ids else 1.0,
         "round_virtual_s": sim.batch_delivery_time(ids) if len(delivered) == len(ids) else float("nan"),

@@ -215,7 +215,50 @@ def _linking(traffic: list[dict], out: Path) -> str:
     ax.set_ylabel("sender identification accuracy")
     ax.legend(fontsize=7)
     save_fig(fig, out / "figure_linking.png")
-    return write_table(rows, out / "table_linking", "Experiment 7: sender linking by a passive global adversary")
+    md = write_table(rows, out / "table_linking", "Experiment 7: sender linking by a passive global adversary")
+    theory = {k: v for k, v in g.items() if all("agnostic_trace_bound" in r for r in v)}
+    return md + ("\n" + _linking_theory(theory, out) if theory else "")
+
+
+THEORY_C = 0.25  # Corollary 1 drawn at this fraction of colluding relays
+
+
+def _linking_theory(g: dict, out: Path) -> str:
+    """Theory beside measurement: H_inf, gamma_T, Theorem 1 and Corollary 1 vs the measured advantage."""
+    rows = []
+    for v in g.values():
+        row = {"config": v[0]["label"], "N": v[0]["num_nodes"], "seeds": len(v),
+               "H_inf ideal (log2 O)": f"{v[0]['ideal_h_inf_bits']:.2f}",
+               "H_inf trace": _cell(v, "relay_h_inf_bits", 1, 2)}
+        for adv in ("agnostic", "aware"):
+            row[f"{adv}: sender H_inf"] = _cell(v, f"{adv}_sender_h_inf_bits", 1, 2)
+            row[f"{adv}: gamma_T (trace)"] = _cell(v, f"{adv}_trace_gamma", 1, 3)
+            row[f"{adv}: advantage"] = _cell(v, f"{adv}_advantage", 1, 3)
+            row[f"{adv}: Thm 1 ideal"] = _cell(v, f"{adv}_ideal_bound", 1, 3)
+            row[f"{adv}: Thm 1 trace"] = _cell(v, f"{adv}_trace_bound", 1, 3)
+            row[f"{adv}: Cor 1 c={THEORY_C:g}"] = _cell(v, f"{adv}_trace_bound_c{THEORY_C:g}", 1, 3)
+            # every seed's measured advantage against its own bound (a violation is a bug)
+            row[f"{adv}: within bound"] = "yes" if all(
+                r[f"{adv}_advantage"] <= r[f"{adv}_trace_bound"] + 1e-9 for r in v) else "**NO**"
+        rows.append(row)
+    fig, axes = subplots(1, 2, figsize=(10, 3.8), sharey=True)
+    x = np.arange(len(g))
+    labels = [v[0]["label"] for v in g.values()]
+    for ax, adv in zip(axes, ("agnostic", "aware")):
+        ax.bar(x, [_mean(v, f"{adv}_advantage") for v in g.values()], width=0.6, color="tab:blue",
+               label="measured advantage")
+        for key, style, name in ((f"{adv}_trace_bound", "v", "Theorem 1 (trace H_inf)"),
+                                 (f"{adv}_ideal_bound", "_", "Theorem 1 (H_inf = log2 O)"),
+                                 (f"{adv}_trace_bound_c{THEORY_C:g}", "^", f"Corollary 1, c = {THEORY_C:g}")):
+            ax.scatter(x, [_mean(v, key) for v in g.values()], marker=style, s=60, zorder=3, label=name)
+        ax.set_xticks(x)
+        ax.set_xticklabels(labels, rotation=30, ha="right", fontsize=7)
+        ax.set_title(f"topology-{adv} adversary", fontsize=9)
+    axes[0].set_ylabel("sender-linking advantage over 1/|U_T|")
+    axes[1].legend(fontsize=7)
+    save_fig(fig, out / "figure_linking_theory.png")
+    return write_table(rows, out / "table_linking_theory",
+                       "Experiment 7b: measured sender-linking advantage beside Theorem 1 / Corollary 1")
 
 
 def _content(s: list[dict], out: Path) -> str:
@@ -232,16 +275,46 @@ def _content(s: list[dict], out: Path) -> str:
     return write_table(rows, out / "table_content_linking", "Experiment 8: curious-recipient content linking")
 
 
-def write_report(experiment: str, scale: str, summaries: list[dict], traffic: list[dict], root: Path) -> str:
-    """Write the experiment's tables and figures under ``root/<experiment>-<scale>/``; return the Markdown."""
-    out = root / f"{experiment}-{scale}"
+def _topology(s: list[dict], traffic: list[dict], out: Path) -> str:
+    """Supplement: accuracy and sender linking vs the learning graph's degree."""
+    g = _group(s, lambda r: (r["num_nodes"] - 1 if r["topology"] == "full-mesh" else r.get("degree", 4), r["topology"]))
+    rows = [{"topology": k[1], "degree": k[0], **_acc_cols(v),
+             "completeness (%)": _cell(v, "mean_completeness", 100, 1),
+             "MB sent / node / round": _cell(v, "mean_bytes_per_node", 1e-6, 2)} for k, v in g.items()]
+    md = (write_table(rows, out / "table_topology_accuracy", "Supplement: accuracy vs graph degree (mixnet on)")
+          if rows else "")
+    if g:
+        _lines(g, lambda k: k[0], "final_acc", lambda k: "mixnet on", out / "figure_topology_accuracy.png",
+               "degree (neighbours per node)", "final test accuracy", "Utility vs graph degree")
+    t = _group(traffic, lambda r: (r.get("degree", 0),))
+    trows = []
+    for k, v in t.items():
+        row = {"degree": k[0], "N": v[0]["num_nodes"], "config": v[0]["label"], "seeds": len(v)}
+        for adv in ("agnostic", "aware"):
+            row[f"{adv}: accuracy"] = _cell(v, f"{adv}_accuracy", 1, 3)
+            row[f"{adv}: 1/#U_T"] = _cell(v, f"{adv}_baseline", 1, 3)
+            row[f"{adv}: advantage"] = _cell(v, f"{adv}_advantage", 1, 3)
+            row[f"{adv}: Thm 1 trace"] = _cell(v, f"{adv}_trace_bound", 1, 3)
+        trows.append(row)
+    if trows:
+        md += "\n" + write_table(trows, out / "table_topology_linking", "Supplement: sender linking vs graph degree")
+        _lines({k: v for k, v in t.items()}, lambda k: k[0], "aware_advantage", lambda k: "topology-aware advantage",
+               out / "figure_topology_linking.png", "degree", "sender-linking advantage", "Linking vs graph degree")
+    return md
+
+
+def write_report(experiment: str, scale: str, summaries: list[dict], traffic: list[dict], root: Path,
+                 label: str | None = None) -> str:
+    """Write the experiment's tables and figures under ``root/<label>/`` (default ``<experiment>-<scale>``)."""
+    out = root / (label or f"{experiment}-{scale}")
     out.mkdir(parents=True, exist_ok=True)
     if not summaries and not traffic and experiment != "payload":
         raise FileNotFoundError(f"no finished results for experiment {experiment!r} under {root}")
     fn = {"scaling": lambda: _scaling(summaries, out), "cost": lambda: _cost(summaries, traffic, out),
           "payload": lambda: _payload(summaries, out), "partial": lambda: _partial(summaries, out),
           "churn": lambda: _churn(summaries, out), "byzantine": lambda: _byzantine(summaries, out),
-          "linking": lambda: _linking(traffic, out), "content": lambda: _content(summaries, out)}[experiment]
+          "linking": lambda: _linking(traffic, out), "content": lambda: _content(summaries, out),
+          "topology": lambda: _topology(summaries, traffic, out)}[experiment]
     md = fn()
     notes = sorted({n for s in summaries for n in s.get("data_notes", [])})
     if notes:

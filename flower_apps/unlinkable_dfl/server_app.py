@@ -18,6 +18,7 @@ summary.json (and the curious-recipient analysis when enabled).
 
 from __future__ import annotations
 
+import copy
 import logging
 import math
 import time
@@ -31,6 +32,7 @@ from attacks.linking.content import CuriousRecipientRecorder
 from flower_apps.common.results import open_run_folder, atomic_write_json, atomic_write_jsonl, is_finished, run_folder, run_hash
 from flower_apps.common.torch_utils import record_to_state, state_to_record
 from flower_apps.unlinkable_dfl.config import ACTION, UdflConfig
+from flower_apps.common.node_data import RoundErrors, discover
 from flower_apps.unlinkable_dfl.data import build_data_plan, data_key
 from flower_apps.unlinkable_dfl.models import build_model, shareable_keys, state_vector
 from flower_apps.unlinkable_dfl.node import fragment_layout
@@ -57,16 +59,28 @@ def _byzantine_nodes(cfg: UdflConfig) -> set[int]:
     return set(np.random.default_rng([cfg.seed, 17]).choice(cfg.num_nodes, k, replace=False).tolist()) if k else set()
 
 
+def _node_local_cohorts(nodes: list[int], placement: dict[int, int], per_message: int) -> list[tuple[int, list[int]]]:
+    """Cohorts of logical nodes that each lie on one SuperNode (the one holding their data)."""
+    by_holder: dict[int, list[int]] = {}
+    for n in nodes:
+        by_holder.setdefault(placement[n], []).append(n)
+    return [(h, ns[i:i + per_message]) for h, ns in sorted(by_holder.items()) for i in range(0, len(ns), per_message)]
+
+
 def _exchange(grid: Grid, cfg: UdflConfig, phase: str, round_: int, nodes: list[int], per_node: dict,
-              supernodes: list[int], extra: dict | None = None) -> dict[str, object]:
-    """One message per cohort of logical nodes; returns the merged reply records.
+              supernodes: list[int], extra: dict | None = None, placement: dict[int, int] | None = None,
+              errors: RoundErrors | None = None) -> tuple[dict[str, object], set[int]]:
+    """One message per cohort of logical nodes; returns the merged reply records and the failed nodes.
 
     Each message carries the records of the nodes it asks for (``client-ids``); a reply must
-    carry ``client.<id>`` for exactly those nodes (strategies.cohorts.check_replies).
+    carry ``client.<id>`` for exactly those nodes (strategies.cohorts.check_replies). In a
+    simulation any failure is a bug and stops the run; with node-local data (``placement``) a
+    failed SuperNode's logical nodes sit the phase out, like crashed nodes, and ``errors`` keeps why.
     """
     common = {"run-config": cfg.to_json(), "phase": phase, "server-round": round_, **(extra or {})}
-    messages = build_train_messages(plan_cohorts(nodes, supernodes, cfg.clients_per_message), ArrayRecord(),
-                                    ConfigRecord(common), ACTION)
+    cohorts = (plan_cohorts(nodes, supernodes, cfg.clients_per_message) if placement is None
+               else _node_local_cohorts(nodes, placement, cfg.clients_per_message))
+    messages = build_train_messages(cohorts, ArrayRecord(), ConfigRecord(common), ACTION)
     for msg in messages:
         del msg.content["arrays"]
         for node in planned_clients(msg):
@@ -76,7 +90,12 @@ def _exchange(grid: Grid, cfg: UdflConfig, phase: str, round_: int, nodes: list[
                 else:
                     msg.content["config"][key] = val
     checked = exchange(grid, messages, timeout=cfg.round_timeout)
-    if checked.problem_of:
+    if checked.problem_of and placement is not None:
+        log.warning("round %d, phase %s: %d node(s) failed and sit it out: %s", round_, phase,
+                    len(checked.problem_of), min(checked.problem_of.items()))
+        if errors is not None:
+            errors.record_problems(round_, {n: f"{phase}: {why}" for n, why in checked.problem_of.items()}, placement)
+    elif checked.problem_of:
         node, why = min(checked.problem_of.items())
         raise RuntimeError(f"{len(checked.problem_of)} node(s) failed in phase {phase}, round {round_}; "
                            f"node {node}: {why}")
@@ -84,25 +103,46 @@ def _exchange(grid: Grid, cfg: UdflConfig, phase: str, round_: int, nodes: list[
     for reply in checked.valid:
         for key, rec in reply.content.items():
             merged[key] = rec
-    return merged
+    return merged, set(checked.problem_of)
 
 
-def server_main(grid: Grid, cfg: UdflConfig) -> dict:
-    """Run one configuration through Flower and write its results folder. Returns the summary."""
+def server_main(grid: Grid, cfg: UdflConfig, network: bool = False) -> dict:
+    """Run one configuration through Flower and write its results folder. Returns the summary.
+
+    ``network``: carry the fragments over N node processes on TLS (``World(network=True)``)
+    instead of the discrete-event simulator (``netlearn.py``; not a run key, so that the
+    results of every simulated run keep their identity).
+    """
     from flower_apps.unlinkable_dfl.data import validate_data
 
-    validate_data(cfg)  # unusable data fails here, in seconds: no run folder, no message sent
+    # Unusable data fails here, in seconds: no run folder, no message sent. With node-local data the
+    # coordinator holds only its test set (eval-data-path); the SuperNodes say which nodes they hold.
+    checked_plan = validate_data(cfg)
     out = open_run_folder(run_dir(cfg), cfg)
     t_start = time.perf_counter()
-    plan = build_data_plan(data_key(cfg))
+    plan = checked_plan if cfg.node_local_data else build_data_plan(data_key(cfg))
     c, h, _ = plan.image_shape
     init = build_model(cfg.model, cfg.seed, c, plan.num_classes, h)
     num_values = sum(init.state_dict()[k].numel() for k in shareable_keys(init))
     layout = fragment_layout(num_values, cfg.payload_size, cfg.encoding)
     models: dict[int, ArrayRecord] = {i: state_to_record(init) for i in range(cfg.num_nodes)}
-    world = World(cfg)
+    world = World(cfg, network=network)
+    try:
+        return _run_rounds(grid, cfg, out, t_start, plan, init, num_values, layout, models, world)
+    finally:
+        world.close()
+
+
+def _run_rounds(grid, cfg, out, t_start, plan, init, num_values, layout, models, world) -> dict:
+    """The round loop of :func:`server_main` (split out so that the world is always closed)."""
     byzantine = _byzantine_nodes(cfg)
     supernodes = wait_for_nodes(grid, 1)
+    placement, deployment, errors = None, {}, RoundErrors()
+    if cfg.node_local_data:
+        found = discover(grid, ACTION, ConfigRecord({"run-config": cfg.to_json(), "phase": "train"}),
+                         cfg.round_timeout, cfg.num_nodes)
+        placement, deployment = found.placement, found.summary(range(cfg.num_nodes))
+        world.exclude(deployment["missing_clients"])  # no SuperNode holds their data: absent all run
     curious = CuriousRecipientRecorder(cfg.curious_node, layout) if cfg.curious_node >= 0 else None
     log.info("unlinkable-dfl %s: %d nodes (%d Byzantine) on %d SuperNodes, %d values -> %d fragments (%s), "
              "transport %s", out.name, cfg.num_nodes, len(byzantine), len(supernodes), num_values, layout.count,
@@ -112,9 +152,10 @@ def server_main(grid: Grid, cfg: UdflConfig) -> dict:
         rejoined = world.rejoin()
         live = sorted(world.alive)
         peers = {i: world.learning_neighbours(i) for i in live}
-        train = _exchange(grid, cfg, "train", t, live,
-                          {i: {client_key(i): models[i], f"peers.{i}": peers[i]} for i in live}, supernodes,
-                          {"byzantine-ids": sorted(byzantine)})
+        train, failed = _exchange(grid, cfg, "train", t, live,
+                                  {i: {client_key(i): models[i], f"peers.{i}": peers[i]} for i in live}, supernodes,
+                                  {"byzantine-ids": sorted(byzantine)}, placement, errors)
+        live = [i for i in live if i not in failed]  # a failed node sends nothing and keeps its model
         sends, trained, tm = [], {}, {}
         for i in live:
             rec = train[f"frags.{i}"]
@@ -127,13 +168,17 @@ def server_main(grid: Grid, cfg: UdflConfig) -> dict:
         departures = world.plan_departures()
         delivery = world.deliver(t, sends, departures)
         agg_nodes = [i for i in live if i in world.alive]
-        agg = _exchange(grid, cfg, "aggregate", t, agg_nodes,
-                        {i: {client_key(i): trained[i], f"inbox.{i}": ConfigRecord({"fragments": delivery.inbox.get(i, [])})}
-                         for i in agg_nodes}, supernodes)
+        agg, failed = _exchange(grid, cfg, "aggregate", t, agg_nodes,
+                                {i: {client_key(i): trained[i],
+                                     f"inbox.{i}": ConfigRecord({"fragments": delivery.inbox.get(i, [])})}
+                                 for i in agg_nodes}, supernodes, None, placement, errors)
+        agg_nodes = [i for i in agg_nodes if i not in failed]
         am = {}
         for i in agg_nodes:
             models[i] = agg[client_key(i)]
             am[i] = agg[f"metrics.{i}"]
+            if cfg.node_local_data:  # the coordinator evaluates (SuperNodes hold no test set)
+                am[i] = _evaluate_on_coordinator(cfg, plan, init, models[i], am[i])
         if curious is not None and cfg.curious_node in agg_nodes:
             curious.observe_recipient(t, _vector(trained[cfg.curious_node], init),
                                       delivery.inbox.get(cfg.curious_node, []),
@@ -142,14 +187,28 @@ def server_main(grid: Grid, cfg: UdflConfig) -> dict:
         row["elapsed_s"] = time.perf_counter() - t_start
         rounds.append(row)
         atomic_write_jsonl(out / "rounds.jsonl", rounds)
-        log.info("[%s] round %d/%d  acc %.4f  completeness %.3f  network %.2fs (virtual)  (%.0fs elapsed)",
+        log.info("[%s] round %d/%d  acc %.4f  completeness %.3f  network %.2fs (%s)  (%.0fs elapsed)",
                  out.name, t, cfg.num_rounds, row["test_acc"], row["completeness"], row["network_virtual_s"],
-                 row["elapsed_s"])
+                 "virtual" if world.net is None else "real", row["elapsed_s"])
     summary = _summary(cfg, out.name, plan, rounds, num_values, layout, byzantine, time.perf_counter() - t_start)
+    summary["networked"] = world.net is not None  # node processes over TLS (network_s in real seconds)
+    summary.update(deployment)
+    if cfg.node_local_data:
+        summary.update(errors.summary())
     if curious is not None:
         summary["content_linking"] = curious.analyse()
     atomic_write_json(out / "summary.json", summary)
     return summary
+
+
+def _evaluate_on_coordinator(cfg: UdflConfig, plan, init, record: ArrayRecord, metrics) -> dict:
+    """A node's aggregated model on the coordinator's test subset (what the simulated node computes itself)."""
+    from flower_apps.unlinkable_dfl.node import evaluate
+
+    model = copy.deepcopy(init)
+    model.load_state_dict(record_to_state(record))
+    acc, loss = evaluate(model, *plan.test_subset(cfg.eval_samples))
+    return {**dict(metrics), "test-acc": acc, "test-loss": loss}
 
 
 def _vector(record: ArrayRecord, model) -> np.ndarray:
@@ -207,6 +266,7 @@ def _summary(cfg, name, plan, rounds, num_values, layout, byzantine, wall) -> di
         "num_rounds": cfg.num_rounds, "dataset": plan.name, "data_notes": plan.notes, "model": cfg.model,
         "transport": cfg.transport, "mode": cfg.mode, "encoding": cfg.encoding, "share_ratio": cfg.share_ratio,
         "aggregator": cfg.aggregator, "krum_budget": cfg.krum_budget, "alpha": cfg.alpha, "topology": cfg.topology,
+        "degree": cfg.degree,
         "max_hops": cfg.max_hops, "outbox": cfg.outbox, "mu": cfg.mu, "cover": cfg.cover,
         "churn_leave": cfg.churn_leave, "churn_join": cfg.churn_join, "byzantine_fraction": cfg.byzantine_fraction,
         "byzantine_attack": cfg.byzantine_attack, "byzantine_nodes": sorted(byzantine),

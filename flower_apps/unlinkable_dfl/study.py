@@ -73,4 +73,6 @@ KEYS = KeyTable(STUDY, (
     SHARED_KEYS["local-epochs"],
     SHARED_KEYS["test-fraction"],
     SHARED_KEYS["clients-per-message"],
+    SHARED_KEYS["node-local-data"],
+    SHARED_KEYS["eval-data-path"],
 ))

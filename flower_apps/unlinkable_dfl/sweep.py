@@ -3,13 +3,16 @@
     python -m flower_apps.unlinkable_dfl.sweep --experiment scaling
     python -m flower_apps.unlinkable_dfl.sweep --experiment linking --scale paper --seeds 3
     python -m flower_apps.unlinkable_dfl.sweep --experiment content --report-only
+    python -m flower_apps.unlinkable_dfl.sweep --experiment scaling --dataset fashion-mnist
 
-Experiments: scaling, cost, payload, partial, churn, byzantine, linking, content (see
-docs/unlinkable_dfl.md). Learning runs go through Flower (all pending runs of an
-experiment share one simulation); network-only measurements (linking, and the cost
-experiment's K/O/mu trade-off) replay the study's traffic through the mixnet simulator,
-each in a fresh process. Every run writes its own result atomically; a rerun skips what
-is done (resume). Tables and figures are rebuilt from every finished result at the end.
+Experiments: scaling, cost, payload, partial, churn, byzantine, linking, content, topology
+(see docs/unlinkable_dfl.md). ``--dataset`` (scaling, payload, partial) replaces the
+scale's dataset; its results go to ``<experiment>-<scale>-<dataset>/``. Learning runs go
+through Flower (all pending runs of an experiment share one simulation); network-only
+measurements (linking, topology, and the cost experiment's K/O/mu trade-off) replay the
+study's traffic through the mixnet simulator, each in a fresh process. Every run writes
+its own result atomically; a rerun skips what is done (resume). Tables and figures are
+rebuilt from every finished result at the end.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import argparse
 import hashlib
 import json
 import math
+import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -31,8 +35,11 @@ from flower_apps.unlinkable_dfl.netexp import TrafficSpec
 from flower_apps.unlinkable_dfl.server_app import is_complete, run_dir, server_main
 
 STUDY = "unlinkable-dfl"
-EXPERIMENTS = ("scaling", "cost", "payload", "partial", "churn", "byzantine", "linking", "content")
+EXPERIMENTS = ("scaling", "cost", "payload", "partial", "churn", "byzantine", "linking", "content", "topology")
 SCALES = ("reduced", "paper")
+DATASET_EXPERIMENTS = ("scaling", "payload", "partial")  # the ones --dataset applies to (issue 17)
+#: Theory columns a transport result must hold; older results without them are measured again.
+THEORY_KEYS = ("agnostic_trace_bound", "aware_trace_bound", "aware_relay_h_inf_bits")
 
 
 @dataclass
@@ -91,6 +98,15 @@ def plan(experiment: str, scale: str) -> Plan:
         p.traffic = [TrafficSpec(num_nodes=n, mixnet=False)]
         p.traffic += [TrafficSpec(num_nodes=n, max_hops=k, outbox=o)
                       for k in (1, 2, 3) for o in ((10, 50, 100) if paper else (10, 50))]
+    elif experiment == "topology":
+        # Supplement: graph degree of the learning topology (circulant; full mesh = degree N - 1),
+        # learning with the mixnet on, and the passive adversary's linking on the same graphs.
+        n = 32 if paper else 16
+        degrees = (2, 4, 8, 16) if paper else (2, 4, 8)
+        p.runs = [{"num-clients": n, "udfl-degree": d} for d in degrees]
+        p.runs.append({"num-clients": n, "udfl-topology": "full-mesh"})
+        p.traffic = [TrafficSpec(num_nodes=n, degree=d, outbox=100 if paper else 50,
+                                 fragments_per_peer=7 if paper else 3) for d in degrees]
     elif experiment == "content":
         extra = {} if paper else {"num-clients": 8, "num-rounds": 4, "clients-per-message": 8}
         p.runs = [{"udfl-alpha": a, "udfl-share-ratio": r, "udfl-mixnet": False, "udfl-curious-node": 0, **extra}
@@ -100,9 +116,10 @@ def plan(experiment: str, scale: str) -> Plan:
     return p
 
 
-def build_configs(runs: list[dict], scale: str, seeds: range, results_dir: str) -> list[UdflConfig]:
-    """Validated configs: defaults < the scale's preset < the experiment's knobs, for every seed."""
-    overrides = sweep_overrides(STUDY, scale, results_dir, {})
+def build_configs(runs: list[dict], scale: str, seeds: range, results_dir: str,
+                  data: dict | None = None) -> list[UdflConfig]:
+    """Validated configs: defaults < the scale's preset < the sweep's data knobs < the experiment's knobs."""
+    overrides = sweep_overrides(STUDY, scale, results_dir, data or {})
     return [build_config(run_keys(overrides, {**run, "seed": seed})) for seed in seeds for run in runs]
 
 
@@ -115,7 +132,7 @@ def run_traffic_specs(specs: list[TrafficSpec], results_dir: str, label: str) ->
     """The network-only measurements not done yet, each in a fresh process, each written atomically."""
     from flower_apps.unlinkable_dfl.netexp import measure_isolated
 
-    for spec in pending_runs(STUDY, label, specs, lambda s: traffic_path(results_dir, s).is_file(),
+    for spec in pending_runs(STUDY, label, specs, lambda s: traffic_done(results_dir, s),
                              noun="transport measurements"):
         t0 = time.perf_counter()
         (row,) = measure_isolated([spec])
@@ -123,6 +140,25 @@ def run_traffic_specs(specs: list[TrafficSpec], results_dir: str, label: str) ->
         print(f"  transport {spec.label} N={spec.num_nodes} seed {spec.seed}: linking acc "
               f"{row['agnostic_accuracy']:.3f} (baseline {row['agnostic_baseline']:.3f}) "
               f"[{time.perf_counter() - t0:.0f}s]", flush=True)
+
+
+def traffic_done(results_dir: str, spec: TrafficSpec) -> bool:
+    """A finished transport measurement that already carries the theory columns."""
+    path = traffic_path(results_dir, spec)
+    return path.is_file() and all(k in read_json(path)["result"] for k in THEORY_KEYS)
+
+
+def check_dataset(experiment: str, dataset: str | None, data_dir: str | None) -> None:
+    """Refuse ``--dataset`` where it does not apply, and a dataset whose files are absent, before any run."""
+    if dataset is None:
+        if data_dir is not None:
+            raise ValueError("--data-dir needs --dataset")
+        return
+    if experiment not in DATASET_EXPERIMENTS:
+        raise ValueError(f"--dataset applies to the experiments {DATASET_EXPERIMENTS}, not {experiment!r}")
+    from datasets.registry import load_dataset
+
+    load_dataset(dataset, data_dir)  # DataError names the missing files (e.g. CIFAR-10 not downloaded)
 
 
 def run_learning(pending: list[UdflConfig], num_cpus: float = 1.0) -> None:
@@ -136,6 +172,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = sweep_parser("flower_apps.unlinkable_dfl.sweep", __doc__, seeds_help="number of seeds", default=1)
     p.add_argument("--experiment", choices=EXPERIMENTS, required=True)
     p.add_argument("--scale", choices=SCALES, default="reduced")
+    p.add_argument("--dataset", help="dataset of the learning runs (scaling, payload, partial): mnist, "
+                                     "fashion-mnist, cifar10, ... (default: the scale's preset)")
+    p.add_argument("--data-dir", help="folder of the --dataset files (default: the loaders' search path)")
+    p.add_argument("--data-fraction", type=float,
+                   help="fraction of the --dataset's training images to use (default: the preset's)")
     return p.parse_args(argv)
 
 
@@ -145,7 +186,16 @@ def main(argv: list[str] | None = None) -> int:
     seeds = range(args.seed0, args.seed0 + args.seeds)
     p = plan(args.experiment, args.scale)
     specs = [TrafficSpec(**{**asdict(s), "seed": seed}) for seed in seeds for s in p.traffic]
-    label = f"{args.experiment}-{args.scale}"
+    label = f"{args.experiment}-{args.scale}" + (f"-{args.dataset}" if args.dataset else "")
+    try:
+        check_dataset(args.experiment, args.dataset, args.data_dir)
+    except Exception as exc:  # noqa: BLE001 - DataError / ValueError: one clear line before any work
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if args.data_fraction is not None and args.dataset is None:
+        print("error: --data-fraction needs --dataset", file=sys.stderr)
+        return 2
+    data = {"dataset": args.dataset, "data-dir": args.data_dir, "data-fraction": args.data_fraction}
 
     def report(configs: list[UdflConfig]) -> str:
         from flower_apps.unlinkable_dfl.report import write_report
@@ -154,10 +204,11 @@ def main(argv: list[str] | None = None) -> int:
         summaries = [read_json(p) for p in paths if p.is_file()]
         traffic = [read_json(traffic_path(results_dir, s))["result"] for s in specs
                    if traffic_path(results_dir, s).is_file()]
-        return write_report(args.experiment, args.scale, summaries, traffic, Path(results_dir) / STUDY)
+        return write_report(args.experiment, args.scale, summaries, traffic, Path(results_dir) / STUDY,
+                            label=label)
 
     # Two phases: the network-only measurements (``before``), then the learning runs through Flower.
-    return sweep_main(STUDY, label, lambda: build_configs(p.runs, args.scale, seeds, results_dir), is_complete,
+    return sweep_main(STUDY, label, lambda: build_configs(p.runs, args.scale, seeds, results_dir, data), is_complete,
                       lambda pending: run_learning(pending, args.num_cpus), report, Path(results_dir) / STUDY / label,
                       report_only=args.report_only,
                       before=(lambda configs: run_traffic_specs(specs, results_dir, label)) if specs else None)

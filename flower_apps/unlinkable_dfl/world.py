@@ -10,6 +10,10 @@ Three transports carry one round's fragments from sender to receiver:
 * ``baseline``: no packets at all; each payload reaches its receiver at once (the
   non-anonymous DFL FedAvg baseline exchanging full models with its neighbours).
 
+With ``network=True`` the ``mixnet`` / ``direct`` transports run as N real OS processes
+over TLS on loopback (``privacy.mixnet.net_cluster.LocalCluster``): the same MixNode code,
+real seconds instead of virtual ones, no churn.
+
 The world also remembers who sent what (``MessageRecord``), for scoring only: receivers
 get anonymous payloads.
 """
@@ -17,12 +21,13 @@ get anonymous payloads.
 from __future__ import annotations
 
 import random
+import time
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from privacy.mixnet import MixnetConfig, Simulator
+from privacy.mixnet import MixnetConfig, Simulator, create_transport
 from privacy.mixnet.stats import NodeStats
 from privacy.mixnet.topology import Topology, make_topology
 
@@ -59,12 +64,23 @@ class RoundDelivery:
 class World:
     """Nodes' liveness, the learning topology and the transport of a run."""
 
-    def __init__(self, cfg) -> None:  # cfg: UdflConfig
+    def __init__(self, cfg, network: bool = False) -> None:  # cfg: UdflConfig
         self.cfg = cfg
         self.kind = cfg.transport
         self.rng = random.Random(f"{cfg.seed}/world")
         self.sim: Simulator | None = None
-        if self.kind == "baseline":
+        self.net = None  # a LocalCluster when network=True
+        if network and self.kind != "baseline":
+            if cfg.churn_leave > 0:
+                raise ValueError("the networked transport runs without churn: set udfl-churn-leave 0")
+            # the simulator's topology derivation, so both transports give the same learning graph
+            self.topology = make_topology(cfg.topology, cfg.num_nodes, cfg.degree,
+                                          random.Random(f"{cfg.seed}/topology"))
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                self.net = create_transport(replace(mixnet_config(cfg), transport="network"), cfg.num_nodes,
+                                            seed=cfg.seed)
+        elif self.kind == "baseline":
             self.topology: Topology = make_topology(cfg.topology, cfg.num_nodes, cfg.degree,
                                                     random.Random(f"{cfg.seed}/topology"))
         else:
@@ -74,6 +90,7 @@ class World:
                                      degree=cfg.degree, latency=cfg.latency)
             self.topology = self.sim.topology
         self.alive = set(range(cfg.num_nodes))
+        self.absent: set[int] = set()  # deployment: nodes whose data no SuperNode holds (never rejoin)
         self._inbox_pos: dict[int, int] = dict.fromkeys(range(cfg.num_nodes), 0)
         self._node_obj: dict[int, object] = dict(self.sim.nodes) if self.sim else {}
         self._msg: dict[bytes, tuple[int, int, int]] = {}  # message id -> (src, dst, round)
@@ -83,9 +100,21 @@ class World:
         """Topology neighbours currently believed alive (the node's learning peers this round)."""
         return [j for j in self.topology.neighbours(node) if j in self.alive]
 
+    def exclude(self, nodes) -> None:
+        """Nodes absent for the whole run (a deployment whose SuperNode holds no usable data for them).
+
+        They leave before the first round, as crashed nodes (peers route around them), and never rejoin.
+        """
+        for i in sorted(set(nodes) & self.alive):
+            self.alive.discard(i)
+            self.absent.add(i)
+            if self.sim is not None:
+                self.sim.leave(i)
+
     def rejoin(self) -> list[int]:
         """Start of a round: each departed node comes back with probability ``churn-join``."""
-        back = sorted(i for i in set(range(self.cfg.num_nodes)) - self.alive if self.rng.random() < self.cfg.churn_join)
+        back = sorted(i for i in set(range(self.cfg.num_nodes)) - self.alive - self.absent
+                      if self.rng.random() < self.cfg.churn_join)
         for i in back:
             self.alive.add(i)
             if self.sim is not None:
@@ -108,8 +137,16 @@ class World:
         return out
 
     # ----------------------------------------------------------- transport --
+    def close(self) -> None:
+        """Stop the node processes of the networked transport (nothing to do for the others)."""
+        if self.net is not None:
+            self.net.close()
+            self.net = None
+
     def deliver(self, round_: int, sends: list[tuple[int, int, bytes]], departures: dict[int, float]) -> RoundDelivery:
         """Carry ``(src, dst, payload)`` triples; crash ``departures`` on the way."""
+        if self.net is not None:
+            return self._deliver_network(round_, sends)
         if self.sim is None:
             return self._deliver_baseline(sends, departures)
         sim = self.sim
@@ -148,6 +185,39 @@ class World:
             delivery.packets_sent[i] = {k: v - (b["packets"][k] if b else 0) for k, v in s.packets_sent.items()}
             delivery.cpu_s[i] = s.cpu_time_s - (b["cpu"] if b else 0.0)
         delivery.rtt_s = [r.acked - r.sent for r in this if r.acked is not None]
+        return delivery
+
+    def _deliver_network(self, round_: int, sends: list[tuple[int, int, bytes]]) -> RoundDelivery:
+        """One round over the node processes; ``network_s`` is real seconds until every fragment is acked."""
+        net = self.net
+        before = net.node_stats()
+        t0 = time.monotonic()
+        ids = []
+        for src, dst, payload in sends:
+            mid = net.send(src, dst, payload)
+            self._msg[mid] = (src, dst, round_)
+            ids.append(mid)
+        try:
+            net.run_until_idle(timeout=self.cfg.virtual_round_timeout)
+        except TimeoutError:
+            pass  # what did not arrive in time shows in completeness
+        wall = time.monotonic() - t0
+        inbox: dict[int, list[bytes]] = {}
+        sent_by: dict[int, list[int]] = {}
+        arrived: set[bytes] = set()
+        for i in sorted(self.alive):
+            got = net.inbox(i)
+            new = got[self._inbox_pos[i]:]
+            self._inbox_pos[i] = len(got)
+            inbox[i] = [m.data for m in new]
+            sent_by[i] = [self._msg.get(m.message_id, (-1, -1, -1))[0] for m in new]
+            arrived |= {m.message_id for m in new}
+        delivery = RoundDelivery(inbox, sent_by, len(sends), sum(m in arrived for m in ids), wall)
+        for i, s in net.node_stats().items():
+            b = before.get(i)
+            delivery.bytes_sent[i] = s.total_bytes_sent - (b.total_bytes_sent if b else 0)
+            delivery.packets_sent[i] = {k: v - (b.packets_sent[k] if b else 0) for k, v in s.packets_sent.items()}
+            delivery.cpu_s[i] = s.cpu_time_s - (b.cpu_time_s if b else 0.0)
         return delivery
 
     def _same_incarnation(self, node: int, before: dict) -> bool:

@@ -130,13 +130,62 @@ def _move_vit_tokens(model: nn.Module) -> list[ModelChange]:
                         "Opacus would recompute the whole network per sample for parameters of the root module")]
 
 
-def make_opacus_compatible(model: nn.Module) -> tuple[nn.Module, list[ModelChange]]:
+BN_MODES = ("groupnorm", "frozen")
+
+
+def freeze_batchnorm(model: nn.Module) -> tuple[nn.Module, list[ModelChange]]:
+    """Every BatchNorm (incl. timm's fused ``BatchNormAct2d``) -> timm's frozen affine twin, in eval form.
+
+    ``timm.layers.freeze_batch_norm_2d``: the running statistics *and* gamma / beta become buffers and
+    every forward uses the stored statistics, so no example's output depends on another's (what DP-SGD's
+    per-example sensitivity needs) and the pretrained normalisation is kept -- the usual choice when
+    fine-tuning a pretrained network with DP (e.g. De et al. 2022, Mehta et al. 2023 freeze or drop BN
+    statistics). Returns the converted model (the root itself may be replaced) and one change record.
+    """
+    from timm.layers import freeze_batch_norm_2d
+
+    kinds = {n: type(m).__name__ for n, m in model.named_modules()
+             if isinstance(m, nn.modules.batchnorm._BatchNorm)}
+    model = freeze_batch_norm_2d(model)
+    if kinds:
+        names = sorted(set(kinds.values()))
+        return model, [ModelChange("*", f"{len(kinds)} x {'/'.join(names)}", "FrozenBatchNorm(Act)2d",
+                                   "frozen ImageNet statistics and affine: eval-mode BN mixes no examples")]
+    return model, []
+
+
+def train_last_groups(model: nn.Module, num_groups: int) -> ModelChange:
+    """Freeze every parameter except the last ``num_groups`` layer groups of timm's fine ``group_matcher``.
+
+    For EfficientNet-Lite0 the last three groups are blocks 5.3, 6.0 with the head conv, and the classifier
+    (about 1.5 M of 3.4 M parameters).
+    """
+    from timm.models import group_parameters
+
+    if num_groups < 1:
+        raise ValueError(f"num_groups must be >= 1, got {num_groups}")
+    if not hasattr(model, "group_matcher"):
+        raise ValueError(f"{type(model).__name__} has no timm group_matcher; cannot select its last layers")
+    groups = group_parameters(model, model.group_matcher(coarse=False))
+    order = sorted(groups)
+    keep = {n for g in order[-num_groups:] for n in groups[g]}
+    for n, p in model.named_parameters():
+        p.requires_grad_(n in keep)
+    n_keep = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    return ModelChange("*", "all layers trained", f"last {num_groups} layer groups trained ({n_keep} parameters)",
+                       "fine-tune only the last layers: fewer noised coordinates under DP-SGD")
+
+
+def make_opacus_compatible(model: nn.Module, bn: str = "groupnorm") -> tuple[nn.Module, list[ModelChange]]:
     """Fix a (timm) model so that Opacus can compute its per-sample gradients.
 
     Parameters
     ----------
     model : nn.Module
         Changed in place where possible (``ModuleValidator.fix`` may return a copy).
+    bn : {"groupnorm", "frozen"}
+        BatchNorm layers become GroupNorm (trained; the pretrained statistics are lost) or frozen
+        affine layers with the stored statistics (:func:`freeze_batchnorm`).
 
     Returns
     -------
@@ -152,7 +201,12 @@ def make_opacus_compatible(model: nn.Module) -> tuple[nn.Module, list[ModelChang
     """
     from opacus.validators import ModuleValidator
 
-    changes = replace_batchnorm_act(model) + _move_vit_tokens(model)
+    if bn not in BN_MODES:
+        raise ValueError(f"bn must be one of {BN_MODES}, got {bn!r}")
+    changes: list[ModelChange] = []
+    if bn == "frozen":
+        model, changes = freeze_batchnorm(model)
+    changes += replace_batchnorm_act(model) + _move_vit_tokens(model)
     before = {n: type(m).__name__ for n, m in model.named_modules()}
     model = ModuleValidator.fix(model)
     for n, m in model.named_modules():

@@ -6,7 +6,8 @@ parameter), ``crypto`` (``cryptography`` wrappers, LIONESS), ``header`` /
 ``topology`` / ``peers``, ``outbox`` (mixing), ``messages`` / ``delivery``
 (fragments, acks, exactly-once), ``node`` (one peer, no I/O), ``simulator``
 (virtual time, adversary trace), ``net_*`` (one process per node over TLS),
-``metrics`` (entropy). See ``docs/mixnet.md``.
+``metrics`` (entropy, min-entropy), ``theory`` (gamma_T and the bounds on the
+passive adversary's linking advantage). See ``docs/mixnet.md``.
 """
 
 from .config import MixnetConfig
@@ -22,6 +23,7 @@ from .errors import (
     MixnetError,
     ReplayDetected,
 )
+from .messages import fragment_capacity
 from .metrics import h_path, h_relay, relay_mapping_entropy
 from .node import MixNode
 from .simulator import Simulator
@@ -48,6 +50,7 @@ __all__ = [
     "Simulator",
     "TraceRecord",
     "create_transport",
+    "fragment_capacity",
     "h_path",
     "h_relay",
     "relay_mapping_entropy",

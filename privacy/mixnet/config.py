@@ -92,7 +92,12 @@ class MixnetConfig:
         require(isinstance(self.header_hops, int) and self.header_hops >= self.max_path_length,
                 "header_hops", f">= max_path_length ({self.max_path_length})")
         require(isinstance(self.outbox_size, int) and self.outbox_size >= 1, "outbox_size", "an int >= 1")
-        require(math.isfinite(self.mu) and self.mu > 0, "mu", "a finite number > 0")
+        # mu = 0 is refused, not read as "no delay": the hold time Exp(mu) is what hides which input
+        # left as which output (and the adversary's timing model divides by mu). The study's "mixnet
+        # off" transport uses K = 1, O = 1, mu = 1e-3 for a near-zero delay instead.
+        require(isinstance(self.mu, (int, float)) and math.isfinite(self.mu) and self.mu > 0, "mu",
+                "a finite number > 0 seconds (mu = 0 would remove the Poisson mixing delay; use a small "
+                "value such as 1e-3 for a near-immediate release)")
         require(math.isfinite(self.sigma) and self.sigma >= 0, "sigma", "a finite number >= 0")
         require(self.cover_policy in COVER_POLICIES, "cover_policy", f"one of {COVER_POLICIES}")
         require(self.fill_timeout is None or (math.isfinite(self.fill_timeout) and self.fill_timeout >= 0),

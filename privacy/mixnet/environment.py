@@ -19,6 +19,7 @@ class TxMeta:
 
     kind: str
     in_ref: object = None
+    message_id: bytes | None = None  # the message a real/retransmission/ack frame belongs to (scoring only)
 
 
 class NodeEnvironment(Protocol):

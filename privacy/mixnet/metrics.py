@@ -146,3 +146,50 @@ def relay_linking_accuracy(
             mass += float(p[k])
             hits += int(np.argmax(p) == k)
     return (hits / n if n else 0.0, mass / n if n else 0.0, n)
+
+
+@dataclass(frozen=True)
+class RelayMinEntropy:
+    """Average posterior min-entropy of relay shuffles, from the trace."""
+
+    guess_probability: float  # E[max_j P(in_j | out)]: the Bayes-optimal per-hop guess
+    h_inf_bits: float  # -log2 of it (average min-entropy)
+    outputs: int  # outputs it averages over
+
+
+def relay_min_entropy(
+    view: AdversaryView, relays: Sequence[int] | None = None, truth: GroundTruth | None = None,
+    horizon: float | None = None, topology: Sequence[Sequence[int]] | None = None,
+) -> RelayMinEntropy:
+    """``H_inf`` of the relays' output-to-input mappings as the passive adversary sees them.
+
+    For every packet leaving a relay, the adversary's posterior over the relay's earlier
+    inputs (hold-time likelihood, as in :func:`relay_mapping_entropy`) has a largest mass
+    ``max_j P``; its mean is the Bayes-optimal probability of guessing a hop, and
+    ``H_inf = -log2`` of that mean (average min-entropy). ``truth`` (scoring side only)
+    restricts the mean to outputs that really were relayed packets, the hops that stand
+    between a delivered fragment and its sender; without it, every output counts.
+
+    ``topology`` (the public learning graph) models an adversary that also knows a fragment
+    to ``X`` comes from one of ``X``'s neighbours: per output to ``X`` the guess is the larger
+    of the plain posterior's maximum and that of the posterior restricted to inputs sent by
+    ``X``'s neighbours (side information can only sharpen the guess, so the larger is kept).
+    """
+    nodes = sorted({r.src for r in view.records}) if relays is None else list(relays)
+    best: list[float] = []
+    for relay in nodes:
+        for j, candidates, p in _posteriors(view, relay, horizon):
+            if truth is not None and truth.records[j].kind != "relay":
+                continue
+            guess = float(p.max())
+            if topology is not None:
+                out_dst = view.records[j].dst
+                allowed = set(topology[out_dst]) if out_dst < len(topology) else set()
+                mask = np.asarray([view.records[i].src in allowed for i in candidates])
+                if mask.any() and p[mask].sum() > 0:
+                    guess = max(guess, float(p[mask].max() / p[mask].sum()))
+            best.append(guess)
+    if not best:
+        return RelayMinEntropy(1.0, 0.0, 0)
+    g = float(np.mean(best))
+    return RelayMinEntropy(g, float(-math.log2(g)), len(best))

@@ -217,7 +217,7 @@ class MixNode:
         self.stats.fragments_received += 1
         try:  # acknowledge every copy: the ack of an earlier copy may have been lost
             ack = self.surb_guard.use(self.fmt, fragment.surb, encode_ack(Ack(fragment.message_id, fragment.index)))
-            self._enqueue(OutboxItem(fragment.surb.first_hop, ack, "ack"))
+            self._enqueue(OutboxItem(fragment.surb.first_hop, ack, "ack", message_id=fragment.message_id))
         except InvalidSURB:
             self.stats.dropped_invalid += 1
         status, data = self._reassembler.add(fragment.message_id, fragment.index, fragment.count, fragment.data)
@@ -286,7 +286,7 @@ class MixNode:
             self.fmt, [self.view.hop(n) for n in route], sample_delays(len(route) - 1, cfg.mu, self.rng),
             plaintext, self.crypto_rng,
         )
-        self._enqueue(OutboxItem(route[0], packet, kind))
+        self._enqueue(OutboxItem(route[0], packet, kind, message_id=fragment.message_id))
         fragment.timer = self.env.call_later(
             cfg.effective_ack_timeout, partial(self._on_ack_timeout, fragment.key, fragment.attempt)
         )
@@ -382,4 +382,4 @@ class MixNode:
             return
         frame = wire.packet_frame(item.packet)
         self.stats.record_tx(item.kind, len(frame))
-        self.env.transmit(self.node_id, item.next_hop, frame, TxMeta(item.kind, item.ref))
+        self.env.transmit(self.node_id, item.next_hop, frame, TxMeta(item.kind, item.ref, item.message_id))

@@ -34,6 +34,7 @@ class OutboxItem:
     kind: str
     delay: float | None = None
     ref: object = None
+    message_id: bytes | None = None  # own data / ack: the message it belongs to (bookkeeping, never on the wire)
 
 
 class Outbox:

@@ -136,6 +136,7 @@ class Simulator:
         self._messages: dict[bytes, MessageRecord] = {}
         self._callbacks: list[DeliveryCallback] = []
         self._incarnation: dict[int, int] = {}
+        self._retired: dict[tuple[int, int], NodeStats] = {}  # stats of earlier incarnations, kept on rejoin
         for i in range(n_nodes):
             self._create_node(i)
         infos = [node.info for node in self.nodes.values()]
@@ -146,6 +147,8 @@ class Simulator:
     # ------------------------------------------------------------- set-up --
     def _create_node(self, node_id: int) -> MixNode:
         incarnation = self._incarnation.get(node_id, -1) + 1
+        if node_id in self.nodes:  # a rejoin: the departed incarnation's counters stay readable
+            self._retired[(node_id, incarnation - 1)] = self.nodes[node_id].stats
         self._incarnation[node_id] = incarnation
         label = f"node/{node_id}/{incarnation}".encode()
         crypto_rng = SeededRandomSource(self.seed, label)
@@ -220,18 +223,34 @@ class Simulator:
     def close(self) -> None:
         """Nothing to release (a simulation owns no processes); here for the Transport protocol."""
 
-    def adversary_view(self) -> AdversaryView:
+    def adversary_view(self, with_topology: bool = True) -> AdversaryView:
+        """The passive global adversary's observation; ``with_topology`` adds the public learning graph."""
         cfg = self.config
         return AdversaryView(
             tuple(self._trace), cfg.packet_format.packet_size + 1, cfg.mu, cfg.effective_fill_timeout,
             cfg.outbox_size, cfg.max_path_length,
+            self.topology.adjacency if with_topology else None,
         )
 
     def ground_truth(self) -> GroundTruth:
         return GroundTruth(tuple(self._truth))
 
     def node_stats(self) -> dict[int, NodeStats]:
+        """Counters of each node's current incarnation (see :meth:`incarnation_stats` for rejoined nodes)."""
         return {i: node.stats for i, node in sorted(self.nodes.items())}
+
+    def incarnation(self, node_id: int) -> int:
+        """How many times ``node_id`` has (re)joined before its current incarnation (0 = never left)."""
+        if node_id not in self._incarnation:
+            raise ValueError(f"node_id must be a known node id, got {node_id}")
+        return self._incarnation[node_id]
+
+    def incarnation_stats(self) -> dict[tuple[int, int], NodeStats]:
+        """Counters per ``(node_id, incarnation)``: a node that crashed and rejoined with a fresh key
+        keeps one entry per life, so nothing it did before rejoining is lost."""
+        out = dict(self._retired)
+        out.update({(i, self._incarnation[i]): node.stats for i, node in self.nodes.items()})
+        return dict(sorted(out.items()))
 
     def message_records(self) -> dict[bytes, MessageRecord]:
         return dict(self._messages)
@@ -290,7 +309,11 @@ class Simulator:
         index = len(self._trace)
         if self.record_trace:
             self._trace.append(TraceRecord(self.now, src, dst, len(frame), None if lost else self.now + delay))
-            self._truth.append(GroundTruthRecord(meta.kind, meta.in_ref if isinstance(meta.in_ref, int) else None))
+            in_ref = meta.in_ref if isinstance(meta.in_ref, int) else None
+            message_id = meta.message_id
+            if in_ref is not None and message_id is None:  # a relay cannot know it; the truth follows the chain
+                message_id = self._truth[in_ref].message_id
+            self._truth.append(GroundTruthRecord(meta.kind, in_ref, message_id))
         if lost:
             return
         incarnation = self._incarnation[dst]

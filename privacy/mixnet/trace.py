@@ -13,6 +13,7 @@ are for scoring only: they meet the adversary's guesses inside metric functions.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -35,6 +36,19 @@ class AdversaryView:
     fill_timeout: float
     outbox_size: int
     max_path_length: int
+    #: The public learning topology (``topology[d]`` = the nodes that send fragments to ``d``),
+    #: or None when the adversary is not given it. Public in UnlinkableDFL: neighbours are
+    #: announced for learning, so Kerckhoffs' principle puts them in the adversary's hands.
+    topology: tuple[tuple[int, ...], ...] | None = None
+
+    def __post_init__(self) -> None:
+        if self.topology is not None:
+            topo = tuple(tuple(int(j) for j in row) for row in self.topology)
+            object.__setattr__(self, "topology", topo)
+
+    def neighbours(self) -> Sequence[Sequence[int]] | None:
+        """The public learning topology, or None (topology-agnostic adversary)."""
+        return self.topology
 
     def packets(self) -> list[TraceRecord]:
         """Frames of Sphinx-packet size (control frames have other sizes)."""
@@ -44,6 +58,10 @@ class AdversaryView:
 class GroundTruthRecord(NamedTuple):
     kind: str  # see stats.TX_KINDS
     in_ref: int | None  # for a relayed packet: index of the frame it came in as
+    #: The application message this frame carries: its own id for ``real`` / ``retransmission``
+    #: frames and for the ``ack`` of one of its fragments; inherited along ``in_ref`` by relayed
+    #: frames; None for cover and control frames.
+    message_id: bytes | None = None
 
 
 @dataclass(frozen=True)

@@ -37,9 +37,10 @@ def test_smoke_sweep_through_flower_simulation_writes_results_and_resumes(tmp_pa
     # training did something: the No-DP model beats chance on the held-out test set
     assert nodp["best_acc"] > 0.12
     out = tmp_path / "dfl-dp"
-    for f in ("table3_utility.csv", "table3_utility.md", "table4_retention.md", "figure4_retention.png",
-              "figure5_degradation.png", "figure6_accuracy_curves.png", "table5_membership_inference.md",
-              "figure7_mia_auc.png", "table6_gradient_inversion.csv", "figure8_reconstructions.png"):
+    for f in ("table3_utility.csv", "table3_utility.md", "table4_clipping_frequency.md", "retention_degradation.md",
+              "figure6b_accuracy_vs_eps_cal.png", "figure4_retention.png", "figure5_degradation.png",
+              "figure6a_accuracy_curves.png", "table5_membership_inference.md", "mia_auc.png",
+              "figure7_inversion_vs_eps_cal.png", "table6_gradient_inversion.csv", "figure8_reconstructions.png"):
         assert (out / f).is_file(), f
     # attack phase: 3 victims captured per attacked run, 3 attacks each; MIA rows per feature x classifier
     import torch

@@ -19,19 +19,32 @@ from flower_apps.studies import STUDIES
 GOLDEN = json.loads((Path(__file__).parent / "golden" / "resolved_presets.json").read_text())
 
 # study -> (renamed fields old -> new, fields added with their value for every preset)
+_AUDIT_AND_NODE_DATA = {"audit_canaries": 0, "node_local_data": False}  # issues 13 and 15: off by default
 FIELD_CHANGES = {
+    # issue 15: the coordinator's evaluation file in a deployment; "" = the simulated split
+    "dfl-dp": ({}, {**_AUDIT_AND_NODE_DATA, "eval_data_path": ""}),
     # round-timeout now reaches every study's ServerApp (wall seconds, the common key's default)
-    "tabular-pdp": ({}, {"round_timeout": 3600.0}),
-    "ultrasound": ({}, {"round_timeout": 3600.0}),
+    "tabular-pdp": ({}, {"round_timeout": 3600.0, **_AUDIT_AND_NODE_DATA}),
+    # issue 16: DP fine-tuning keeps pretrained BatchNorm frozen by default (was: GroupNorm swap)
+    "ultrasound": ({}, {"round_timeout": 3600.0, "dp_finetune": "frozen-bn", **_AUDIT_AND_NODE_DATA,
+                        "audit_canary": "random-pixels", "eval_data_path": ""}),
     # udfl-round-timeout is virtual time; round_timeout is the common wall-clock wait
-    "unlinkable-dfl": ({"round_timeout": "virtual_round_timeout"}, {"round_timeout": 3600.0}),
+    "unlinkable-dfl": ({"round_timeout": "virtual_round_timeout"},
+                       {"round_timeout": 3600.0, "node_local_data": False, "eval_data_path": ""}),
 }
 
 
-def _expected(study: str, golden: dict) -> dict:
+# preset -> values deliberately changed (a preset redefined by an issue, not a refactor)
+PRESET_CHANGES = {
+    # issue 16: the CPU preset trains the offline-pretrained EfficientNet-Lite0 at 96 px
+    "ultrasound/cpu": {"arch": "efficientnet_lite0", "num_rounds": 5, "image_size": 96, "local_epochs": 1},
+}
+
+
+def _expected(study: str, golden: dict, name: str = "") -> dict:
     renamed, added = FIELD_CHANGES.get(study, ({}, {}))
     out = {renamed.get(k, k): v for k, v in golden.items()}
-    return {**out, **added}
+    return {**out, **added, **PRESET_CHANGES.get(name, {})}
 
 
 @pytest.mark.parametrize("name", sorted(GOLDEN))
@@ -39,7 +52,7 @@ def test_preset_resolves_to_the_golden_config(name):
     study, preset = name.split("/")
     _, cfg = prepare({"study": study, "preset": preset})
     got = json.loads(json.dumps(asdict(cfg)))  # tuples -> lists, as in the golden file
-    assert got == _expected(study, GOLDEN[name])
+    assert got == _expected(study, GOLDEN[name], name)
 
 
 def test_golden_file_covers_every_study_and_preset():

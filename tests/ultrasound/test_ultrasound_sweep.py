@@ -24,7 +24,11 @@ def test_cpu_grid_size_and_knobs():
     cfgs = build_configs(args)
     # per seed: 5 methods + 3 DP runs (FedAvg, FedProx, FedAdam at C = 1.5, z = 2)
     assert len(cfgs) == 2 * 8
-    assert all(c.num_rounds == 3 and c.image_size == 64 and c.local_epochs == 2 for c in cfgs)
+    assert all(c.num_rounds == 3 and c.image_size == 96 and c.local_epochs == 1 for c in cfgs)
+    assert {c.arch for c in cfgs} == {"efficientnet_lite0"} and all(c.pretrained for c in cfgs)
+    assert {c.dp_finetune for c in cfgs if c.dp_sgd} == {"frozen-bn"}  # DP keeps the pretrained BatchNorm
+    three = build_configs(parse_args(["--grid", "cpu", "--partitions", "iid", "--seeds", "1", "--no-ablation"]))
+    assert {c.task for c in three if c.dp_sgd} == {"normal-vs-abnormal", "benign-vs-malignant", "three-class"}
     assert {c.algorithm for c in cfgs if c.dp_sgd} == {"fedavg", "fedprox", "fedadam"}
     full = build_configs(parse_args(["--grid", "cpu", "--tasks", "normal-vs-abnormal", "--partitions", "non-iid",
                                      "--seeds", "1"]))

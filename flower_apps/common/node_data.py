@@ -1,0 +1,260 @@
+"""Node-local data in a deployment: ask each SuperNode which logical clients it holds, route to it.
+
+With ``node-local-data = true`` a SuperNode started with ``--node-config "data-path='...'"``
+reads only that folder (:mod:`datasets.node_local`). The server cannot know which node holds
+which logical clients, so before the first round it sends every node one *describe* message
+(``train.<action>`` with ``describe-node-data`` in its config; the router registers only train
+actions). A node answers with the client ids, sizes and label counts of its folder, or an error
+reply naming itself and the problem. :class:`PlacedGrid` then routes every message the
+strategies build to the node that holds the message's ``client-ids``: the strategies and their
+reply checks (``strategies.cohorts``) stay unchanged.
+
+Whom it protects: an institution's records never leave its node; what the coordinator learns
+is what the protocol sends plus the sizes and label counts of the describe reply (the same
+statistics the simulation writes to ``class_counts.csv``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from flwr.app import ConfigRecord, Context, Error, Message, MessageType, RecordDict
+from flwr.serverapp import Grid
+
+from datasets.base import DataError
+from strategies.cohorts import planned_clients, wait_for_nodes
+from strategies.transport import send_and_receive
+
+log = logging.getLogger("flwr")
+
+DATA_PATH = "data-path"  # --node-config key: the node's data folder
+NODE_NAME = "node-name"  # --node-config key: how the node is named in errors and in the run summary
+QUERY = "describe-node-data"  # config key of the describe message
+NODE_DATA_ERROR = 902  # Error code of a node whose data is missing or malformed
+
+
+def _node_config(context: Context | None) -> dict:
+    return {} if context is None else dict(context.node_config)  # None: a handler called directly (tests)
+
+
+def node_name(context: Context | None) -> str:
+    """The node's ``node-name`` (node config), else ``node <id>``."""
+    if context is None:
+        return "this node"
+    return str(context.node_config.get(NODE_NAME) or f"node {context.node_id}")
+
+
+def node_data_path(context: Context | None, node_local: bool) -> Path | None:
+    """The node's ``data-path`` when the run uses node-local data, else None (simulation).
+
+    A node that holds a data-path serves only that folder: a run that would make it load a
+    global dataset is refused, and a node-local run on a node without data-path too.
+    """
+    raw = _node_config(context).get(DATA_PATH)
+    path = Path(str(raw)) if raw not in (None, "") else None
+    if node_local and path is None:
+        raise DataError(f"{node_name(context)}: the run sets node-local-data=true but this SuperNode has no "
+                        f"data-path (start it with --node-config \"{DATA_PATH}='/path/to/folder'\")")
+    if not node_local and path is not None:
+        raise DataError(f"{node_name(context)}: this SuperNode serves only its data-path '{path}'; the run must "
+                        "set node-local-data=true")
+    return path
+
+
+def is_query(msg: Message) -> bool:
+    """True for the server's describe message."""
+    return bool(msg.content["config"].get(QUERY, False))
+
+
+def describe_reply(msg: Message, name: str, sizes: Mapping[int, int],
+                   label_counts: Mapping[int, list[int]] | None = None) -> Message:
+    """The node's answer to the describe message: its clients, their sizes and label counts."""
+    ids = sorted(sizes)
+    rec = ConfigRecord({"node": name, "client-ids": ids, "sizes": [int(sizes[c]) for c in ids]})
+    if label_counts:
+        rec["num-classes"] = len(next(iter(label_counts.values())))
+        rec["label-counts"] = [int(v) for c in ids for v in label_counts[c]]
+    return Message(RecordDict({"node-data": rec}), reply_to=msg)
+
+
+def error_reply(msg: Message, name: str, exc: Exception) -> Message:
+    """An error reply naming the node (the server counts it as a failed node and records why)."""
+    text = str(exc)
+    return Message(Error(NODE_DATA_ERROR, text if name in text else f"{name}: {text}"), reply_to=msg)
+
+
+@dataclass
+class Discovery:
+    """What the describe round found: who holds which clients, and which nodes failed."""
+
+    placement: dict[int, int] = field(default_factory=dict)  # logical client -> node id
+    nodes: dict[int, dict] = field(default_factory=dict)  # node id -> {"node", "client-ids", "sizes", ...}
+    errors: dict[int, str] = field(default_factory=dict)  # node id -> why it holds nothing usable
+
+    @property
+    def client_ids(self) -> list[int]:
+        return sorted(self.placement)
+
+    def sizes(self) -> dict[int, int]:
+        return {c: s for n in self.nodes.values() for c, s in zip(n["client-ids"], n["sizes"])}
+
+    def label_counts(self) -> dict[int, list[int]]:
+        out = {}
+        for n in self.nodes.values():
+            k = int(n.get("num-classes", 0))
+            flat = list(n.get("label-counts", []))
+            for i, c in enumerate(n["client-ids"]):
+                out[c] = flat[i * k:(i + 1) * k]
+        return out
+
+    def summary(self, expected: Iterable[int]) -> dict:
+        """What summary.json records: the nodes, their clients, the failed nodes, the missing clients."""
+        missing = sorted(set(expected) - set(self.placement))
+        return {"node_local_data": True,
+                "nodes": [{"node_id": nid, "node": n["node"], "client_ids": list(n["client-ids"]),
+                           "sizes": list(n["sizes"])} for nid, n in sorted(self.nodes.items())],
+                "node_errors": [{"node_id": nid, "error": e} for nid, e in sorted(self.errors.items())],
+                "missing_clients": missing}
+
+
+def discover(grid: Grid, action: str, config: ConfigRecord, timeout: float, num_clients: int) -> Discovery:
+    """Send the describe message to every connected node and build the placement.
+
+    A node that replies with an error (its data is missing or malformed) or not at all is
+    recorded in ``errors`` and holds no client: the run goes on without it, as without a dead
+    node. Raises :class:`DataError` when no node holds usable data, when two nodes claim the
+    same client, or when a node claims a client id outside ``[0, num_clients)``.
+    """
+    nodes = wait_for_nodes(grid, 1)
+    cfg = ConfigRecord({**dict(config), "server-round": 0, QUERY: True})
+    msgs = [Message(RecordDict({"config": cfg}), message_type=f"{MessageType.TRAIN}.{action}", dst_node_id=n)
+            for n in nodes]
+    replies = send_and_receive(grid, msgs, timeout=timeout)
+    out = Discovery()
+    answered = set()
+    for r in sorted(replies, key=lambda r: r.metadata.src_node_id):  # arrival order must not matter
+        nid = r.metadata.src_node_id
+        answered.add(nid)
+        if r.has_error():
+            out.errors[nid] = str(r.error.reason)
+            log.warning("node %d holds no usable data: %s", nid, r.error.reason)
+            continue
+        rec = r.content["node-data"]
+        info = {k: (list(v) if isinstance(v, list) else v) for k, v in rec.items()}
+        for c in info["client-ids"]:
+            if not 0 <= int(c) < num_clients:
+                raise DataError(f"{info['node']} holds client {c}, outside [0, num-clients={num_clients})")
+            if c in out.placement:
+                other = out.nodes[out.placement[c]]["node"]
+                raise DataError(f"client {c} is held by two nodes: {other} and {info['node']}")
+            out.placement[int(c)] = nid
+        out.nodes[nid] = info
+    for nid in set(nodes) - answered:
+        out.errors[nid] = f"node {nid}: no reply to the describe message within {timeout:g}s"
+    if not out.placement:
+        raise DataError("no SuperNode holds usable node-local data: "
+                        + "; ".join(out.errors.values() or ["no node answered"]))
+    log.info("node-local data: %d clients on %d nodes (%d failed)", len(out.placement), len(out.nodes),
+             len(out.errors))
+    return out
+
+
+class PlacedGrid(Grid):
+    """A Grid that sends each message to the node holding its ``client-ids`` (composition, no patching).
+
+    Messages without ``client-ids`` pass unchanged. A message whose clients lie on several
+    nodes cannot be routed: a ValueError says so (pack clients per node, or one per message).
+    """
+
+    def __init__(self, grid: Grid, placement: Mapping[int, int]) -> None:
+        if not placement:
+            raise ValueError("placement is empty: no node holds a logical client")
+        self._grid = grid
+        self._placement = dict(placement)
+
+    def route(self, msg: Message) -> Message:
+        try:
+            clients = planned_clients(msg)
+        except KeyError:
+            return msg
+        holders = {self._placement.get(c) for c in clients}
+        if None in holders:
+            raise ValueError(f"no node holds client(s) {[c for c in clients if c not in self._placement]}")
+        if len(holders) > 1:
+            raise ValueError(f"a message for clients {list(clients)} spans nodes {sorted(holders)}: with node-local "
+                             "data each message must address clients of one node (clients-per-message)")
+        msg.metadata.dst_node_id = holders.pop()
+        return msg
+
+    # --- Grid, delegated
+    def set_run(self, run) -> None:
+        self._grid.set_run(run)
+
+    @property
+    def run(self):
+        return self._grid.run
+
+    def create_message(self, content, message_type, dst_node_id, group_id, ttl=None):
+        return self._grid.create_message(content, message_type, dst_node_id, group_id, ttl)
+
+    @property
+    def client_ids(self) -> list[int]:
+        """The logical clients some node holds."""
+        return sorted(self._placement)
+
+    def get_node_ids(self) -> list[int]:
+        return sorted(set(self._placement.values()))
+
+    def get_nodes(self):
+        return self._grid.get_nodes()
+
+    def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
+        return self._grid.push_messages([self.route(m) for m in messages])
+
+    def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:
+        return self._grid.pull_messages(message_ids)
+
+    def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None) -> Iterable[Message]:
+        return self._grid.send_and_receive([self.route(m) for m in messages], timeout=timeout)
+
+
+def node_of(grid: Grid) -> dict[int, int]:
+    """Logical client -> node id when ``grid`` routes node-local data (:class:`PlacedGrid`), else {}."""
+    return dict(grid._placement) if isinstance(grid, PlacedGrid) else {}
+
+
+class RoundErrors:
+    """Every error reply of a run, per round, for ``summary.json`` (not only the logs).
+
+    A node whose data turns unusable mid-run (or whose ClientApp fails) replies with an error;
+    the strategies count it as a failed client and go on. This keeps *who* and *why*:
+    ``rows`` are ``{"round", "node_id", "error"}`` (plus ``clients`` when the server knows which
+logical clients the failed message asked for), in arrival-independent order.
+    """
+
+    def __init__(self) -> None:
+        self.rows: list[dict] = []
+
+    def record(self, server_round: int, replies: Iterable[Message]) -> None:
+        """Keep the error replies among ``replies`` (valid replies are ignored)."""
+        rows = []
+        for r in replies:
+            if r.has_error():
+                # an error reply has no content: the node and its reason are what it says
+                rows.append({"round": int(server_round), "node_id": int(r.metadata.src_node_id),
+                             "error": str(r.error.reason)})
+        self.rows += sorted(rows, key=lambda row: (row["node_id"], row["error"]))
+
+    def record_problems(self, server_round: int, problem_of: Mapping[int, str], node_of: Mapping[int, int]) -> None:
+        """Keep a checked exchange's ``problem_of`` (logical client -> why), grouped by node and reason."""
+        grouped: dict[tuple[int, str], list[int]] = {}
+        for c, why in sorted(problem_of.items()):
+            grouped.setdefault((int(node_of.get(c, -1)), why), []).append(int(c))
+        self.rows += [{"round": int(server_round), "node_id": n, "clients": cs, "error": why}
+                      for (n, why), cs in sorted(grouped.items())]
+
+    def summary(self) -> dict:
+        return {"round_errors": list(self.rows)}

@@ -1,0 +1,143 @@
+"""Theory beside the measurements: min-entropy, gamma_T and bounds on the passive adversary's linking advantage.
+
+Whom this protects against: a *passive global* network adversary (sees every frame's time,
+link and size; knows K, O, mu and the learning topology) that wants to name the sender of a
+fragment delivered to a receiver ``D``, optionally helped by a fraction ``c`` of relays that
+collude with it (Corollary 1). Payload content is out of scope (see the curious-recipient
+attack). Pure functions of numbers only; the trace-based inputs come from
+:func:`privacy.mixnet.metrics.relay_min_entropy`.
+
+The UnlinkableDFL paper (Feng et al., arXiv 2602.21343, v2) states Theorem 1 / Corollary 1
+in terms of the posterior min-entropy ``H_inf`` of a relay shuffle and a quantity ``gamma_T``;
+the text of v2 was not reachable offline here, so the statement implemented is ours, written
+out in full so that it can be checked (docs/unlinkable_dfl.md, "Theory"):
+
+* Path length ``k ~ pi`` (``pi_k = 1/K``, the paper's uniform case). A ``k``-hop packet
+  passes ``k - 1`` relays between sender and receiver; a 1-hop packet is delivered by its
+  sender itself.
+* **Relay shuffle.** At an honest relay the adversary's posterior over which input left as a
+  given output has min-entropy ``H_inf = -log2 max_j P(in_j | out)``. For a full batch of
+  ``O`` packets released in a uniformly random order (cover on), ``H_inf = log2 O``; from a
+  trace it is the *average* min-entropy ``-log2 E[max_j P(in_j | out)]`` of the Bayes
+  posterior under the public hold-time model (Dodis et al.'s average min-entropy: it is the
+  log of the Bayes-optimal guessing probability ``p = 2^-H_inf``).
+* **gamma_T** = probability that the adversary follows target ``T`` back to its origin:
+  ``gamma_T = sum_k pi_k p^(k-1)`` (each of the ``k - 1`` relay shuffles guessed
+  independently with probability at most ``p``).
+* **Theorem 1 (our statement).** If, whenever the chain is not followed, the adversary's guess
+  is no better than uniform over the anonymity set ``U_T``, its success probability is at most
+  ``gamma_T + (1 - gamma_T) / |U_T|``, so its advantage over the ``1/|U_T|`` baseline is
+  ``Adv_T <= gamma_T (1 - 1/|U_T|)``.
+* **Corollary 1 (relay compromise).** Each relay colludes independently with probability
+  ``c``; a colluding relay reveals its input-output mapping (``H_inf = 0`` there), so each hop is
+  followed with probability ``c + (1 - c) p`` and
+  ``gamma_T(c) = sum_k pi_k (c + (1 - c) p)^(k-1)``; the bound of Theorem 1 holds with it.
+  ``c = 0`` gives Theorem 1, ``c = 1`` gives ``gamma_T = 1``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+
+def path_length_prior(max_path_length: int, weights: Sequence[float] | None = None) -> np.ndarray:
+    """``pi_k`` for ``k = 1..K``: uniform (the paper's case) or the normalised ``weights``."""
+    if not isinstance(max_path_length, int) or max_path_length < 1:
+        raise ValueError(f"max_path_length must be an int >= 1, got {max_path_length!r}")
+    if weights is None:
+        return np.full(max_path_length, 1.0 / max_path_length)
+    w = np.asarray(weights, dtype=float)
+    if w.shape != (max_path_length,) or not np.isfinite(w).all() or (w < 0).any() or w.sum() <= 0:
+        raise ValueError(f"weights must be {max_path_length} finite values >= 0 with a positive sum, got {weights!r}")
+    return w / w.sum()
+
+
+def min_entropy(probabilities: Sequence[float] | np.ndarray) -> float:
+    """``H_inf = -log2 max p`` in bits of a distribution (normalised here)."""
+    p = np.asarray(probabilities, dtype=float)
+    if p.ndim != 1 or p.size == 0 or not np.isfinite(p).all() or (p < 0).any() or p.sum() <= 0:
+        raise ValueError("probabilities must be a non-empty 1-D array of finite values >= 0 with a positive sum")
+    return float(-math.log2(p.max() / p.sum()))
+
+
+def ideal_relay_min_entropy(outbox_size: int) -> float:
+    """``H_inf = log2 O``: a full batch of ``O`` packets released in uniformly random order."""
+    if not isinstance(outbox_size, int) or outbox_size < 1:
+        raise ValueError(f"outbox_size must be an int >= 1, got {outbox_size!r}")
+    return math.log2(outbox_size)
+
+
+def _check_h(h_inf: float) -> None:
+    if not (math.isfinite(h_inf) and h_inf >= 0):
+        raise ValueError(f"h_inf must be a finite number of bits >= 0, got {h_inf}")
+
+
+def _check_c(compromised: float) -> None:
+    if not 0 <= compromised <= 1:
+        raise ValueError(f"compromised must be a fraction in [0, 1], got {compromised}")
+
+
+def gamma_t(h_inf: float, prior: Sequence[float] | np.ndarray, compromised: float = 0.0) -> float:
+    """``gamma_T = sum_k pi_k (c + (1 - c) 2^-H_inf)^(k-1)`` (Theorem 1 at ``c = 0``, Corollary 1 otherwise).
+
+    Parameters
+    ----------
+    h_inf
+        Per-relay posterior min-entropy in bits.
+    prior
+        Path-length prior ``pi_1..pi_K`` (:func:`path_length_prior`).
+    compromised
+        Fraction ``c`` of relays colluding with the adversary.
+    """
+    _check_h(h_inf)
+    _check_c(compromised)
+    pi = np.asarray(prior, dtype=float)
+    if pi.ndim != 1 or pi.size == 0 or (pi < 0).any() or not math.isclose(float(pi.sum()), 1.0, rel_tol=1e-9):
+        raise ValueError(f"prior must be a probability vector over path lengths 1..K, got {prior!r}")
+    per_hop = compromised + (1.0 - compromised) * 2.0 ** (-h_inf)
+    return float(sum(p * per_hop**k for k, p in enumerate(pi)))
+
+
+def advantage_bound(gamma: float, anonymity_sizes: Sequence[int] | np.ndarray) -> float:
+    """Theorem 1: mean over targets of ``gamma_T (1 - 1/|U_T|)`` (the measured advantage's bound).
+
+    ``anonymity_sizes`` are the ``|U_T|`` of the scored targets (the same sets as the
+    measured baseline ``mean 1/|U_T|``), so bound and measurement share one baseline.
+    """
+    if not 0 <= gamma <= 1:
+        raise ValueError(f"gamma must be a probability, got {gamma}")
+    sizes = np.asarray(anonymity_sizes, dtype=float)
+    if sizes.ndim != 1 or sizes.size == 0 or (sizes < 1).any():
+        raise ValueError("anonymity_sizes must be a non-empty list of set sizes >= 1")
+    return float(gamma * (1.0 - np.mean(1.0 / sizes)))
+
+
+@dataclass(frozen=True)
+class TheoryRow:
+    """Theory of one mixnet configuration, ready to sit beside its measured advantage."""
+
+    h_inf_bits: float  # per-relay min-entropy used
+    gamma: float  # gamma_T (c = 0)
+    bound: float  # Theorem 1 on the advantage
+    gamma_compromised: dict[float, float]  # Corollary 1: c -> gamma_T(c)
+    bound_compromised: dict[float, float]  # c -> advantage bound
+
+    def as_dict(self, prefix: str) -> dict[str, float]:
+        out = {f"{prefix}_h_inf_bits": self.h_inf_bits, f"{prefix}_gamma": self.gamma, f"{prefix}_bound": self.bound}
+        for c in self.gamma_compromised:
+            out[f"{prefix}_gamma_c{c:g}"] = self.gamma_compromised[c]
+            out[f"{prefix}_bound_c{c:g}"] = self.bound_compromised[c]
+        return out
+
+
+def theory_row(h_inf: float, prior: Sequence[float] | np.ndarray, anonymity_sizes: Sequence[int] | np.ndarray,
+               compromised: Sequence[float] = (0.1, 0.25)) -> TheoryRow:
+    """Theorem 1 and Corollary 1 for one configuration (see module docstring)."""
+    gamma = gamma_t(h_inf, prior)
+    gc = {float(c): gamma_t(h_inf, prior, float(c)) for c in compromised}
+    return TheoryRow(h_inf, gamma, advantage_bound(gamma, anonymity_sizes), gc,
+                     {c: advantage_bound(g, anonymity_sizes) for c, g in gc.items()})

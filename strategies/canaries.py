@@ -1,0 +1,182 @@
+"""Canary clients inside the trusted aggregation, for the client-level audit (privacy/audit/).
+
+A canary is an extra member of the cohort whose update is the auditor's canary vector
+(privacy.audit.canaries: norm <= C, so clipping leaves it unchanged). It enters BEFORE the noise,
+and the cohort size m that sizes the noise counts it like any real client. The auditor then sees
+only the released (noised) models. Three insertion points, one per aggregation shape:
+
+* :class:`CanaryInsertion` wraps a pattern strategy under ``MatchedPerturbation`` (dfl-dp).
+  FL (Algorithm 1): the equal-weight mean runs over the N real clipped models and the K_in canary
+  models w(t) + c_k. Sequential DFL (Algorithm 2): each canary is one more hop at the end of the
+  chain (the token becomes token + c_k), so the round update is clipped with the canaries in it,
+  as a real hop would be. It reports ``num-canaries`` so that ``MatchedPerturbation`` sizes
+  sigma_abs by N + K_in contributors.
+* :func:`mix_into_weighted_mean` for the size-weighted FedAvg of the tabular DP wrappers
+  (``ServerSideFixedClipping``, ``PersonalizedServerSideClipping``): canary k has weight n_k (the
+  size of the client it stands for); the result is what FedAvg would return with the canaries
+  among its replies.
+
+Threat model: the server (and this code in it) is trusted; the canaries are the auditor's, injected
+where a trusted auditor would inject them (Andrew et al., ICLR 2024, Sec. 3).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping
+
+import numpy as np
+from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
+from flwr.serverapp import Grid
+
+from privacy.audit.canaries import CanarySet
+from privacy.audit.client_level import float_keys, split_like
+from strategies.base import PatternStrategy
+from strategies.records import from_numpy, to_numpy
+
+log = logging.getLogger(__name__)
+PLACEMENTS = ("cohort-mean", "chain-end")
+
+
+def canary_sum(canaries: CanarySet, indices: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:
+    """sum_k w_k c_k over ``indices`` (flat, float64)."""
+    w = np.ones(indices.size) if weights is None else np.asarray(weights, dtype=np.float64)
+    return w @ canaries.vectors[indices] if indices.size else np.zeros(canaries.dim)
+
+
+def add_flat(model: Mapping[str, np.ndarray], flat_change: np.ndarray) -> OrderedDict[str, np.ndarray]:
+    """``model`` + a flat change on its float arrays (other arrays kept), each array in its own dtype."""
+    pieces = split_like(flat_change, model)
+    return OrderedDict((k, (np.asarray(v, dtype=np.float64) + pieces[k]).astype(np.asarray(v).dtype)
+                        if k in pieces else v) for k, v in model.items())
+
+
+def mix_into_weighted_mean(aggregate: Mapping[str, np.ndarray], current: Mapping[str, np.ndarray],
+                           real_weight: float, canary_updates: np.ndarray, canary_weights: np.ndarray
+                           ) -> OrderedDict[str, np.ndarray]:
+    """FedAvg with the canaries among the replies: cur + (W (agg - cur) + sum_k n_k u_k) / (W + sum_k n_k).
+
+    ``aggregate`` is the weighted mean of the real replies (total weight ``real_weight``),
+    ``canary_updates`` (K_in, d) the canaries' (possibly noised) updates.
+    """
+    if canary_updates.shape[0] != canary_weights.size:
+        raise ValueError(f"{canary_updates.shape[0]} canary updates but {canary_weights.size} weights")
+    if not real_weight > 0 or np.any(canary_weights <= 0):
+        raise ValueError("weights must be > 0")
+    keys = float_keys(current)
+    agg_flat = np.concatenate([np.asarray(aggregate[k], dtype=np.float64).ravel() for k in keys])
+    cur_flat = np.concatenate([np.asarray(current[k], dtype=np.float64).ravel() for k in keys])
+    total = real_weight + float(canary_weights.sum())
+    change = (real_weight * (agg_flat - cur_flat) + canary_weights @ canary_updates) / total
+    out = add_flat(current, change)
+    return OrderedDict((k, out[k] if k in out and k in keys else aggregate[k]) for k in aggregate)
+
+
+class CanaryInsertion(PatternStrategy):
+    """Wrap a pattern strategy: add the inserted canaries to each round's aggregate (see module doc).
+
+    Parameters
+    ----------
+    strategy : EqualWeightFedAvg (placement "cohort-mean") or SequentialDFL ("chain-end").
+    canaries : the auditor's canaries; the inserted ones take part in every round.
+    placement : "cohort-mean" or "chain-end".
+    """
+
+    def __init__(self, strategy: PatternStrategy, canaries: CanarySet, placement: str) -> None:
+        if placement not in PLACEMENTS:
+            raise ValueError(f"placement must be one of {PLACEMENTS}, got {placement!r}")
+        self.strategy = strategy
+        self.canaries = canaries
+        self.placement = placement
+        self.array_claims = strategy.array_claims
+        self._inserted = canaries.inserted_indices()
+        self._sum = canary_sum(canaries, self._inserted)
+        self._current: OrderedDict[str, np.ndarray] | None = None
+
+    def summary(self) -> None:
+        log.info("CanaryInsertion(%d of %d canaries, %s) wrapping:", self._inserted.size,
+                 self.canaries.vectors.shape[0], self.placement)
+        self.strategy.summary()
+
+    def prepare_grid(self, grid: Grid) -> Grid:
+        return self.strategy.prepare_grid(grid)
+
+    def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
+                        grid: Grid) -> Iterable[Message]:
+        self._current = to_numpy(arrays)
+        if flat_size(self._current) != self.canaries.dim:
+            raise ValueError(f"the model has {flat_size(self._current)} float parameters, "
+                             f"the canaries live in R^{self.canaries.dim}")
+        return self.strategy.configure_train(server_round, arrays, config, grid)
+
+    def aggregate_train(self, server_round: int,
+                        replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        if self._current is None:
+            raise RuntimeError("aggregate_train called before configure_train")
+        arrays, metrics = self.strategy.aggregate_train(server_round, replies)
+        k_in = int(self._inserted.size)
+        metrics = MetricRecord() if metrics is None else metrics
+        real = int(metrics.get("num-contributors", 0))
+        if arrays is None or real == 0:
+            # No real client contributed: nothing is released this round, canaries included.
+            return arrays, metrics
+        agg = to_numpy(arrays)
+        if self.placement == "cohort-mean":  # k_in members whose updates sum to S: one row S / k_in of weight k_in
+            model = mix_into_weighted_mean(agg, self._current, float(real), (self._sum / k_in)[None, :],
+                                           np.array([float(k_in)]))
+        else:
+            model = add_flat(agg, self._sum)  # k_in more hops, each adding its canary to the token
+        metrics["num-canaries"] = k_in
+        return from_numpy(model), metrics
+
+
+def flat_size(model: Mapping[str, np.ndarray]) -> int:
+    """Number of float parameters (the canaries' dimension)."""
+    return int(sum(np.asarray(model[k]).size for k in float_keys(model)))
+
+
+class WeightedCanaries:
+    """Canaries for a size-weighted FedAvg: canary k stands for client ``groups[k]`` and takes its weight.
+
+    Parameters
+    ----------
+    canaries : the auditor's canaries; ``canaries.groups`` are client ids.
+    weights : client id -> FedAvg weight (its number of training examples).
+    risks : client id -> ARIREC (PDP only: a canary gets the privacy risk, hence the noise, of its client).
+    """
+
+    def __init__(self, canaries: CanarySet, weights: Mapping[int, float],
+                 risks: Mapping[int, float] | None = None) -> None:
+        missing = sorted({int(g) for g in canaries.groups} - {int(c) for c in weights})
+        if missing:
+            raise ValueError(f"no weight for the client(s) {missing} that canaries stand for")
+        self.canaries = canaries
+        self.index = canaries.inserted_indices()
+        self.groups = canaries.groups[self.index].astype(int)
+        self.weights = np.array([float(weights[g]) for g in self.groups])
+        if np.any(self.weights <= 0):
+            raise ValueError("canary weights must be > 0")
+        self.risks = None if risks is None else np.array([float(risks[g]) for g in self.groups])
+
+    @property
+    def num_inserted(self) -> int:
+        return int(self.index.size)
+
+    def updates(self) -> np.ndarray:
+        """The inserted canaries' updates (K_in, d) (already at norm <= C: clipping is the identity)."""
+        return self.canaries.vectors[self.index]
+
+    def signal_over_sigma(self, total_weight: float, sigma_release: float) -> dict[int, float]:
+        """Per client group: the canary's contribution p_k C over the release's noise SD (for the formal epsilon)."""
+        out: dict[int, float] = {}
+        for g, w in zip(self.groups, self.weights):
+            out[int(g)] = math.inf if sigma_release == 0 else float(w / total_weight * self.canaries.clip_norm
+                                                                     / sigma_release)
+        return out
+
+
+def real_weight(replies: Iterable[Message], key: str = "num-examples") -> float:
+    """Total FedAvg weight of ``replies`` (their ``metrics[key]``)."""
+    return float(sum(float(r.content["metrics"][key]) for r in replies))

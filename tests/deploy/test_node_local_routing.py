@@ -1,0 +1,210 @@
+"""Node-local data without processes: the describe round, error replies that name the node, routing.
+
+The real dfl-dp ClientApp handler answers on a fake grid (tests/conftest.py), each node with its
+own ``data-path`` in its node config, as a SuperNode started with ``--node-config`` would.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+
+import numpy as np
+import pytest
+from flwr.app import ArrayRecord, Context, RecordDict
+
+from datasets.base import DataError
+from datasets.node_local import write_image_node
+from flower_apps.common.node_data import NODE_DATA_ERROR, PlacedGrid, discover, node_data_path
+from flower_apps.dfl_dp import client_app
+from flower_apps.dfl_dp.config import ACTION
+from flower_apps.dfl_dp.server_app import config_record_for
+from strategies.cohorts import build_train_messages, config_record, plan_cohorts
+
+
+def _folder(root, clients, name):
+    rng = np.random.default_rng(sum(clients))
+    write_image_node(root, {c: (rng.integers(0, 255, (3 + c, 8, 8), dtype=np.uint8), np.arange(3 + c) % 10)
+                            for c in clients}, num_classes=10, mean=(0.1307,), std=(0.3081,), node=name)
+    return root
+
+
+def _handler(paths):
+    def handle(node_id, msg):
+        cfg = {"data-path": str(paths[node_id])} if node_id in paths else {}
+        return client_app.train(msg, Context(1, node_id, {**cfg, "node-name": f"site-{node_id}"}, RecordDict(), {}))
+    return handle
+
+
+@pytest.fixture
+def cfg():
+    from flower_apps.router import prepare
+
+    return prepare({"study": "dfl-dp", "preset": "smoke", "num-clients": 6, "node-local-data": True,
+                    "eval-data-path": "unused-here"})[1]
+
+
+def test_describe_round_places_clients_and_records_the_malformed_node(tmp_path, cfg, fake_grid_cls):
+    paths = {11: _folder(tmp_path / "a", [0, 1, 2], "site-a"), 22: _folder(tmp_path / "b", [3, 4, 5], "site-b"),
+             33: tmp_path / "c"}
+    (tmp_path / "c").mkdir()  # no node.json
+    grid = fake_grid_cls([11, 22, 33], _handler(paths))
+    found = discover(grid, ACTION, config_record_for(cfg), 10.0, cfg.num_clients)
+    assert found.placement == {0: 11, 1: 11, 2: 11, 3: 22, 4: 22, 5: 22}
+    assert found.sizes() == {c: 3 + c for c in range(6)}
+    assert found.label_counts()[2] == [1, 1, 1, 1, 1, 0, 0, 0, 0, 0]
+    assert list(found.errors) == [33]
+    assert found.errors[33].startswith("site-33") and "node.json: missing" in found.errors[33]
+    summary = found.summary(range(8))
+    assert summary["missing_clients"] == [6, 7]
+    assert [n["node"] for n in summary["nodes"]] == ["site-a", "site-b"]
+
+
+def test_two_nodes_claiming_one_client_refuse_the_run(tmp_path, cfg, fake_grid_cls):
+    paths = {1: _folder(tmp_path / "a", [0, 1], "site-a"), 2: _folder(tmp_path / "b", [1, 2], "site-b")}
+    with pytest.raises(DataError, match="client 1 is held by two nodes: site-a and site-b"):
+        discover(fake_grid_cls([1, 2], _handler(paths)), ACTION, config_record_for(cfg), 10.0, cfg.num_clients)
+    paths = {1: _folder(tmp_path / "c", [7], "site-c")}
+    with pytest.raises(DataError, match=r"site-c holds client 7, outside \[0, num-clients=6\)"):
+        discover(fake_grid_cls([1], _handler(paths)), ACTION, config_record_for(cfg), 10.0, cfg.num_clients)
+
+
+def test_placed_grid_routes_each_message_to_the_holder(fake_grid_cls):
+    grid = PlacedGrid(fake_grid_cls([5, 9], lambda n, m: m), {0: 9, 1: 9, 2: 5, 3: 5})
+    assert grid.get_node_ids() == [5, 9]
+    msgs = build_train_messages(plan_cohorts([0, 1, 2, 3], grid.get_node_ids(), 2), ArrayRecord(),
+                                config_record({}), "x")
+    assert [m.metadata.dst_node_id for m in msgs] == [5, 9]  # round-robin put clients 0,1 on node 5
+    grid.push_messages(msgs)
+    assert [m.metadata.dst_node_id for m in msgs] == [9, 5]  # routed to the holders
+    spanning = build_train_messages([(5, [1, 2])], ArrayRecord(), config_record({}), "x")
+    with pytest.raises(ValueError, match=r"clients \[1, 2\] spans nodes \[5, 9\]"):
+        grid.push_messages(spanning)
+
+
+def test_a_node_asked_for_clients_it_does_not_hold_replies_with_an_error(tmp_path, cfg, fake_grid_cls):
+    paths = {1: _folder(tmp_path / "a", [0, 1], "site-a")}
+    grid = fake_grid_cls([1], _handler(paths))
+    conf = config_record_for(cfg)
+    conf["server-round"] = 1
+    (msg,) = build_train_messages([(1, [4])], ArrayRecord(), conf, ACTION)
+    reply = grid.send_and_receive([msg])[0]
+    assert reply.has_error() and reply.error.code == NODE_DATA_ERROR
+    assert reply.error.reason == "site-1: holds clients [0, 1], asked for [4]"
+
+
+def test_node_data_path_refuses_mixed_modes(tmp_path):
+    with_path = Context(1, 7, {"data-path": str(tmp_path), "node-name": "site-z"}, RecordDict(), {})
+    without = Context(1, 7, {}, RecordDict(), {})
+    assert node_data_path(with_path, True) == tmp_path and node_data_path(without, False) is None
+    with pytest.raises(DataError, match="site-z: this SuperNode serves only its data-path"):
+        node_data_path(with_path, False)
+    with pytest.raises(DataError, match="node 7: the run sets node-local-data=true but this SuperNode has no data-"):
+        node_data_path(without, True)
+
+
+def test_the_coordinator_refuses_a_missing_eval_set(cfg):
+    from dataclasses import replace
+
+    from flower_apps.dfl_dp.data import eval_plan
+
+    with pytest.raises(DataError, match="node-local-data=true needs eval-data-path"):
+        eval_plan(replace(cfg, eval_data_path=""))
+    with pytest.raises(DataError, match="coordinator eval-data-path unused-here: missing"):
+        eval_plan(cfg)
+    assert asdict(cfg)["node_local_data"] is True
+
+
+def test_tabular_nodes_describe_their_tables_and_a_bad_csv_is_named(tmp_path, fake_grid_cls):
+    from datasets.cancer import generate_cancer_table
+    from datasets.node_local import write_table_node
+    from flower_apps.router import prepare
+    from flower_apps.tabular_pdp import client_app as tab_client
+    from flower_apps.tabular_pdp.config import ACTION as TAB_ACTION
+    from flower_apps.tabular_pdp.phases import phase_config
+
+    df = generate_cancer_table().head(30)
+    write_table_node(tmp_path / "a", {0: df.iloc[:12], 1: df.iloc[12:]}, node="country-a")
+    write_table_node(tmp_path / "b", {2: df.drop(columns=["Obesity_Level"])}, node="country-b")
+    paths = {1: tmp_path / "a", 2: tmp_path / "b"}
+
+    def handle(node_id, msg):
+        ctx = Context(1, node_id, {"data-path": str(paths[node_id]), "node-name": f"country-{'ab'[node_id - 1]}"},
+                      RecordDict(), {})
+        return tab_client.train(msg, ctx)
+
+    _, cfg = prepare({"study": "tabular-pdp", "preset": "smoke", "num-clients": 3, "node-local-data": True})
+    found = discover(fake_grid_cls([1, 2], handle), TAB_ACTION, phase_config(cfg, "describe"), 10.0, 3)
+    assert found.placement == {0: 1, 1: 1} and found.sizes() == {0: 12, 1: 18}
+    assert found.errors[2].startswith("country-b")
+    assert "client-2.csv: missing column(s) Obesity_Level" in found.errors[2]
+
+
+def _failing_from(round_from: int, node: int, handle):
+    """``handle``, except that ``node`` answers every message of server round >= ``round_from`` with its error."""
+    from flower_apps.common.node_data import error_reply
+
+    def wrapped(node_id, msg):
+        cfg = msg.content["config"]
+        if node_id == node and int(cfg.get("server-round", 0)) >= round_from and cfg.get("phase", "fit") == "fit":
+            return error_reply(msg, f"site-{node_id}", DataError("client-3.npz: not a readable .npz"))
+        return handle(node_id, msg)
+    return wrapped
+
+
+@pytest.mark.parametrize("framework", ["fl", "sequential-dfl"])
+def test_dfl_dp_node_failing_mid_run_is_named_in_the_summary_and_the_others_train_on(tmp_path, fake_grid_cls,
+                                                                                  framework):
+    from deploy.export import export
+    from flower_apps.dfl_dp.server_app import server_main
+    from flower_apps.router import prepare
+
+    rec = export("dfl-dp", 2, 0, tmp_path / "data", "smoke", {"num-clients": 6})
+    paths = {1: tmp_path / "data" / "node-0", 2: tmp_path / "data" / "node-1"}
+    grid = fake_grid_cls([1, 2], _failing_from(2, 2, _handler(paths)))
+    _, run_cfg = prepare({**rec["run_config"], "num-clients": 6, "framework": framework,
+                          "results-dir": str(tmp_path / "out")})
+    summary = server_main(grid, run_cfg)
+    assert summary["node_errors"] == [] and summary["missing_clients"] == []
+    errs = summary["round_errors"]
+    assert {e["round"] for e in errs} == {2} and {e["node_id"] for e in errs} == {2}, errs
+    assert all("site-2: client-3.npz: not a readable .npz" in e["error"] for e in errs), errs
+    if framework == "fl":  # the reply checks name the logical clients the failed message asked for
+        (on_node_2,) = [n["client_ids"] for n in summary["nodes"] if n["node_id"] == 2]
+        assert sorted(c for e in errs for c in e["clients"]) == on_node_2, errs
+    assert len(summary["acc_curve"]) == 2 and np.isfinite(summary["acc_curve"][-1])
+
+
+def test_tabular_node_failing_mid_run_is_named_in_the_summary(tmp_path, fake_grid_cls):
+    from deploy.export import export
+    from flower_apps.router import prepare
+    from flower_apps.tabular_pdp import client_app as tab_client
+    from flower_apps.tabular_pdp.server_app import server_main
+
+    small = {"num-clients": 4, "num-rounds": 2, "tab-settings": "vanilla,pdp", "tab-levels": "2,1,0,0",
+             "local-epochs": 1, "tab-drift-exclude": False}
+    rec = export("tabular-pdp", 2, 0, tmp_path / "data", "smoke", small)
+    paths = {1: tmp_path / "data" / "node-0", 2: tmp_path / "data" / "node-1"}
+
+    def handle(node_id, msg):
+        ctx = Context(1, node_id, {"data-path": str(paths[node_id]), "node-name": f"site-{node_id}"}, RecordDict(), {})
+        return tab_client.train(msg, ctx)
+
+    sent = {"fit": 0}
+
+    def flaky(node_id, msg):  # node 2 answers its first four fit messages, then fails
+        from flower_apps.common.node_data import error_reply
+
+        if node_id == 2 and msg.content["config"].get("phase") == "fit":
+            sent["fit"] += 1
+            if sent["fit"] > 4:
+                return error_reply(msg, "site-2", DataError("client-3.csv: unreadable"))
+        return handle(node_id, msg)
+
+    _, run_cfg = prepare({**rec["run_config"], **small, "results-dir": str(tmp_path / "out")})
+    summary = server_main(fake_grid_cls([1, 2], flaky), run_cfg)
+    errs = summary["round_errors"]
+    assert errs and {e["node_id"] for e in errs} == {2}, errs
+    assert all("site-2: client-3.csv: unreadable" in e["error"] for e in errs), errs
+    assert {c for e in errs for c in e["clients"]} <= {2, 3}
+    assert all(e["error"].startswith(("vanilla: ", "pdp: ")) for e in errs), errs
+    assert np.isfinite(summary["settings"]["pdp"]["final_mae"])

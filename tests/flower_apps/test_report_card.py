@@ -1,0 +1,159 @@
+"""The privacy report card: a synthetic results tree of all four studies, and one real smoke run."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from flower_apps.common.report_card import (
+    AUDITED,
+    NOT_RUN,
+    audited_epsilon,
+    build_card,
+    collect_tabular_pdp,
+    collect_ultrasound,
+    is_audited_run,
+    write_card,
+)
+from flower_apps.report import main, write_page
+
+
+def _put(path: Path, obj) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(obj))
+
+
+def _tree(root: Path) -> None:
+    for seed, acc in ((0, 0.90), (1, 0.92)):
+        nodp = root / "dfl-dp" / "runs" / f"fl_nodp_s{seed}"
+        _put(nodp / "summary.json", {"framework": "fl", "dp": False, "seed": seed, "final_acc": acc})
+        _put(nodp / "attacks_mia.json", [{"feature": "loss", "classifier": "threshold", "auc": 0.60 + seed / 100,
+                                          "tpr_at_fpr_0.001": 0.01, "tpr_at_fpr_0.01": 0.02}])
+        _put(nodp / "attacks_lira.json", {"settings": {}, "row": {"attack": "lira-offline", "auc": 0.70,
+                                                                  "tpr_at_fpr_0.001": 0.05, "tpr_at_fpr_0.01": 0.1}})
+        _put(nodp / "attacks_inversion_gradient.json", {"rows": [{"attack": "invgrad", "ssim": 0.8},
+                                                                 {"attack": "dlg", "ssim": 0.2}]})
+        dp = root / "dfl-dp" / "runs" / f"fl_C1_eps2_s{seed}"
+        _put(dp / "summary.json", {"framework": "fl", "dp": True, "clip_norm": 1.0, "eps_cal": 2.0, "seed": seed,
+                                   "final_acc": acc - 0.1, "accounting": {"eps_total": 6.3, "delta_total": 1e-5}})
+        _put(dp / "audit.json", {"threat_models": {"final": {"eps_lower": 0.4}, "update": {"eps_lower": 1.1}}})
+        # a shadow run serves the MIA only: never a card row
+        _put(root / "dfl-dp" / "runs" / f"fl_nodp_s{seed}_shadow" / "summary.json",
+             {"framework": "fl", "dp": False, "seed": seed, "final_acc": 0.1, "data_part": "shadow"})
+    tab = root / "tabular-pdp" / "runs" / "run_s0"
+    _put(tab / "summary.json", {"seed": 0, "levels": [2, 1, 0, 0], "settings": {
+        "vanilla": {"final_mae": 0.5}, "gdp": {"final_mae": 0.7, "eps_rdp_max": 3.0, "delta": 1e-5}}})
+    _put(tab / "attacks.json", {"settings": {}, "rows": [
+        {"setting": "vanilla", "attack": "lira-offline", "auc": 0.55, "tpr_at_fpr_0.001": 0.0, "tpr_at_fpr_0.01": 0.0},
+        {"setting": "vanilla", "attack": "attribute-inference", "member_accuracy": 0.4,
+         "advantage_over_baseline": 0.25}]})
+    raw = root / "tabular-pdp" / "raw-data" / "tabular-pdp" / "runs" / "run_s0"  # the sweep's raw-data twin
+    _put(raw / "summary.json", {"seed": 0, "levels": [0, 0, 0, 0], "settings": {"vanilla": {"final_mae": 0.45}}})
+    us = root / "ultrasound" / "runs" / "fedavg_dp_s0"
+    _put(us / "summary.json", {"seed": 0, "method": "fedavg", "arch": "mobilenetv2_100", "task": "three-class",
+                               "partition": "iid", "dp_sgd": True, "max_grad_norm": 1.0, "noise_multiplier": 1.1,
+                               "test_accuracy": 0.6, "accounting": {"eps_rdp_max": 8.0, "delta": 1e-5}})
+    _put(us / "attacks_inversion.json", {"settings": {}, "rows": [
+        {"attack": "idlg", "view": "gradient", "ssim": 0.9}, {"attack": "idlg", "view": "dp-sgd", "ssim": 0.05}]})
+    ul = root / "unlinkable-dfl"
+    _put(ul / "runs" / "mix_s0" / "summary.json", {"seed": 0, "transport": "mixnet", "mode": "fragments",
+                                                   "num_nodes": 10, "final_acc": 0.8, "h_relay_bits": 3.3})
+    _put(ul / "transport" / "abc.json", {"spec": {}, "result": {
+        "label": "mixnet K=2", "num_nodes": 10, "seed": 0, "agnostic_advantage": 0.02, "aware_advantage": 0.05,
+        "h_relay_bits": 3.3, "h_path_bits": 6.6, "h_relay_loc_bits": 2.9}})
+
+
+def test_cards_of_a_synthetic_tree(tmp_path):
+    _tree(tmp_path)
+    page, done = write_page(tmp_path)
+    assert done == ["dfl-dp", "tabular-pdp", "ultrasound", "unlinkable-dfl"]
+    assert (tmp_path / "report_card.md").read_text() == page
+    for study in done:
+        for ext in ("csv", "md"):
+            assert (tmp_path / study / f"report_card.{ext}").is_file()
+    assert (tmp_path / "dfl-dp" / "report_card.png").stat().st_size > 1000
+    dfl = (tmp_path / "dfl-dp" / "report_card.csv").read_text().splitlines()
+    assert len(dfl) == 3  # header + No-DP + DP; shadow runs excluded
+    nodp, dp = dfl[1], dfl[2]
+    assert "91.00 +- 1.41" in nodp and "inf (no DP)" in nodp and "lira-offline" in nodp
+    assert "0.700 +- 0.000" in nodp and "0.800" in nodp  # LiRA beats the threshold; best inversion SSIM
+    # the DP runs were audited (audit.json): their own rows, audited eps, attack cells say why they are empty
+    assert dp.startswith('"fl: C=1, eps_cal=2 [audited]"') and "6.3" in dp and "1.100 +- 0.000" in dp
+    assert dp.count(AUDITED) == 4 and NOT_RUN not in dp
+    tab = (tmp_path / "tabular-pdp" / "report_card.md").read_text()
+    assert "vanilla (anonymized)" in tab and "0.250" in tab and "gdp (anonymized)" in tab
+    assert "| vanilla (raw) | 1 | 0.450 |" in tab
+    us = (tmp_path / "ultrasound" / "report_card.csv").read_text()
+    assert "0.050" in us and "0.900" not in us  # a DP-SGD run is scored on its DP-SGD view
+    ul = (tmp_path / "unlinkable-dfl" / "report_card.csv").read_text()
+    assert "0.050" in ul and "6.60" in ul
+
+
+def test_audit_and_missing_parts(tmp_path):
+    assert audited_epsilon(tmp_path) is None
+    _put(tmp_path / "audit.json", {"gdp": {"eps_lower": 0.3}, "pdp": {"eps_lower": 0.9}})
+    assert audited_epsilon(tmp_path, "gdp") == 0.3 and audited_epsilon(tmp_path) == 0.9
+    _tree(tmp_path)
+    rows = build_card("tabular-pdp", collect_tabular_pdp(tmp_path / "tabular-pdp"))
+    gdp = next(r for r in rows if r["condition"].startswith("gdp"))
+    assert gdp["MIA AUC (best attack)"] == NOT_RUN and gdp["audited eps (lower bound)"] == NOT_RUN
+    with pytest.raises(ValueError, match="study must be one of"):
+        build_card("nope", [])
+    with pytest.raises(FileNotFoundError, match="no finished runs"):
+        write_card("ultrasound", tmp_path / "empty")
+    assert main(["--results-dir", str(tmp_path / "absent")]) == 2
+
+
+def test_audited_runs_get_their_own_rows_and_no_attack_numbers(tmp_path):
+    """Canaries change the released model: an audited run's attack files (if any) are never read."""
+    tab = tmp_path / "tabular-pdp" / "runs"
+    mia = {"auc": 0.9, "tpr_at_fpr_0.001": 0.5, "attack": "lira-offline"}
+    for name, canaries in (("plain", 0), ("audited", 4)):
+        _put(tab / name / "config.json", {"audit_canaries": canaries})
+        _put(tab / name / "summary.json", {"seed": 0, "levels": [2, 1, 0, 0], "settings": {
+            "vanilla": {"final_mae": 0.5}, "gdp": {"final_mae": 0.7 + canaries / 100, "eps_rdp_max": 3.0}}})
+        _put(tab / name / "attacks.json", {"rows": [{**mia, "setting": k} for k in ("vanilla", "gdp")]})
+    _put(tab / "audited" / "audit.json", {"gdp": {"eps_lower": 0.8}})
+    assert not is_audited_run(tab / "plain") and is_audited_run(tab / "audited")
+    rows = {r["condition"]: r for r in build_card("tabular-pdp", collect_tabular_pdp(tmp_path / "tabular-pdp"))}
+    assert sorted(rows) == ["gdp (anonymized)", "gdp (anonymized) [audited]", "vanilla (anonymized)"]
+    audited, plain = rows["gdp (anonymized) [audited]"], rows["gdp (anonymized)"]
+    assert audited["test MAE (lower is better)"].startswith("0.740") and audited["audited eps (lower bound)"] != NOT_RUN
+    assert audited["MIA AUC (best attack)"] == audited["best MIA attack"] == AUDITED
+    assert plain["MIA AUC (best attack)"].startswith("0.900") and plain["audited eps (lower bound)"] == NOT_RUN
+    # vanilla of the audited run trained without canaries: both runs' vanilla models count
+    assert rows["vanilla (anonymized)"]["seeds"] == 2 and rows["vanilla (anonymized)"]["MIA AUC (best attack)"] != AUDITED
+    us = tmp_path / "ultrasound" / "runs" / "fedavg_audit"  # ultrasound: audit in summary.json
+    _put(us / "summary.json", {"seed": 0, "method": "fedavg", "arch": "a", "task": "t", "partition": "iid",
+                               "dp_sgd": False, "test_accuracy": 0.7, "audit": {"eps_lower": 0.0}})
+    _put(us / "attacks_mia.json", {"rows": [mia]})
+    (rec,) = collect_ultrasound(tmp_path / "ultrasound")
+    assert rec["condition"].endswith("[audited]") and "mia_auc" not in rec and rec["attack_skipped"] == AUDITED
+
+
+@pytest.mark.slow
+def test_card_of_a_real_smoke_run(tmp_path):
+    import torch
+
+    from flower_apps.common.results import read_json
+    from flower_apps.dfl_dp.attack_lira import LiraSettings, lira_for_run
+    from flower_apps.dfl_dp.config import DflDpConfig
+    from flower_apps.runner import run_config_in_process
+
+    torch.set_num_threads(1)
+    run_config_in_process({"study": "dfl-dp", "preset": "smoke", "results-dir": str(tmp_path), "framework": "fl",
+                           "dp": True, "clip-norm": 1.0, "eps-cal": 2.0})
+    (run,) = (tmp_path / "dfl-dp" / "runs").iterdir()
+    row = lira_for_run(DflDpConfig(**read_json(run / "config.json")),
+                       LiraSettings(num_reference=2, epochs=1, max_candidates=100))
+    assert 0.0 <= row["auc"] <= 1.0 and row["n_members"] == 100
+    page, done = write_page(tmp_path)
+    assert done == ["dfl-dp"] and "No finished runs" in page
+    card = (tmp_path / "dfl-dp" / "report_card.csv").read_text().splitlines()
+    summary = read_json(run / "summary.json")
+    assert len(card) == 2 and f"{summary['accounting']['eps_total']:.4g}" in card[1]
+    assert f"{row['auc']:.3f}" in card[1] and "lira-offline" in card[1]
+    assert not math.isnan(summary["final_acc"])

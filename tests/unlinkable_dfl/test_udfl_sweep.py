@@ -1,0 +1,64 @@
+"""Issue 17 sweep additions: --dataset, the graph-degree (topology) experiment, the theory table."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from datasets.sources import DataError
+from flower_apps.unlinkable_dfl import sweep
+from flower_apps.unlinkable_dfl.netexp import TrafficSpec, measure
+from flower_apps.unlinkable_dfl.report import write_report
+
+FASHION = Path("/usr/share/datasets/fashion-mnist")
+
+
+def test_topology_experiment_sweeps_the_graph_degree(tmp_path):
+    p = sweep.plan("topology", "reduced")
+    degrees = sorted(r["udfl-degree"] for r in p.runs if "udfl-degree" in r)
+    assert degrees == [2, 4, 8] and any(r.get("udfl-topology") == "full-mesh" for r in p.runs)
+    assert sorted(s.degree for s in p.traffic) == [2, 4, 8]
+    configs = sweep.build_configs(p.runs, "reduced", range(1), str(tmp_path))
+    assert sorted((c.topology, c.degree) for c in configs)[:3] == [("circulant", 2), ("circulant", 4), ("circulant", 8)]
+    assert {c.num_nodes for c in configs} == {16}
+
+
+@pytest.mark.parametrize("experiment", sweep.DATASET_EXPERIMENTS)
+def test_dataset_knob_reaches_every_learning_run(experiment, tmp_path):
+    runs = sweep.plan(experiment, "reduced").runs
+    configs = sweep.build_configs(runs, "reduced", range(1), str(tmp_path), {"dataset": "fashion-mnist"})
+    assert configs and {c.dataset for c in configs} == {"fashion-mnist"}
+    default = sweep.build_configs(runs, "reduced", range(1), str(tmp_path))
+    assert {c.dataset for c in default} == {"mnist-5k"}  # the reduced preset's dataset when --dataset is not given
+
+
+def test_dataset_is_refused_where_it_does_not_apply_before_any_run(tmp_path, capsys):
+    with pytest.raises(ValueError, match="--dataset applies to the experiments"):
+        sweep.check_dataset("linking", "fashion-mnist", None)
+    with pytest.raises(ValueError, match="--data-dir needs --dataset"):
+        sweep.check_dataset("scaling", None, str(tmp_path))
+    assert sweep.main(["--experiment", "churn", "--dataset", "fashion-mnist", "--results-dir", str(tmp_path)]) == 2
+    assert "--dataset applies" in capsys.readouterr().err
+    assert not (tmp_path / "unlinkable-dfl").exists()  # nothing ran
+
+
+def test_missing_cifar10_is_a_clear_error(tmp_path):
+    with pytest.raises(DataError, match="(?i)cifar"):
+        sweep.check_dataset("scaling", "cifar10", str(tmp_path / "no-cifar-here"))
+
+
+@pytest.mark.skipif(not FASHION.is_dir(), reason=f"offline Fashion-MNIST not installed at {FASHION}")
+def test_offline_fashion_mnist_loads_for_the_sweep():
+    sweep.check_dataset("payload", "fashion-mnist", None)  # raises if the IDX files are unusable
+
+
+def test_theory_table_flags_a_measured_advantage_above_its_bound(tmp_path):
+    row = measure(TrafficSpec(num_nodes=6, fragments_per_peer=2, max_hops=2, outbox=5), entropy_relays=2)
+    assert row["agnostic_advantage"] <= row["agnostic_trace_bound"]
+    md = write_report("linking", "reduced", [], [row], tmp_path)
+    assert "Theorem 1" in md and "**NO**" not in md
+    assert (tmp_path / "linking-reduced" / "figure_linking_theory.png").is_file()
+    bad = {**row, "aware_advantage": row["aware_trace_bound"] + 0.01}  # a violation must show
+    md = write_report("linking", "reduced", [], [bad], tmp_path)
+    assert "**NO**" in md
