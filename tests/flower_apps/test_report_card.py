@@ -123,7 +123,14 @@ def test_audited_runs_get_their_own_rows_and_no_attack_numbers(tmp_path):
     audited, plain = rows["gdp (anonymized) [audited]"], rows["gdp (anonymized)"]
     assert audited["test MAE (lower is better)"].startswith("0.740") and audited["audited eps (lower bound)"] != NOT_RUN
     assert audited["MIA AUC (best attack)"] == audited["best MIA attack"] == AUDITED
-    assert plain["MIA AUC (best attack)"].startswith("0.900") and plain["audited eps (lower bound)"] == NOT_RUN
+    assert plain["MIA AUC (best attack)"].startswith("0.900")
+    # the plain row borrows its audited twin's bound (same condition, canaries in another run), marked as such
+    assert plain["audited eps (lower bound)"] == audited["audited eps (lower bound)"] + " (audited twin)"
+    # ... but never from a twin with another formal epsilon (the same label, other noise)
+    _put(tab / "audited" / "summary.json", {"seed": 0, "levels": [2, 1, 0, 0], "settings": {
+        "vanilla": {"final_mae": 0.5}, "gdp": {"final_mae": 0.74, "eps_rdp_max": 30.0}}})
+    rows = {r["condition"]: r for r in build_card("tabular-pdp", collect_tabular_pdp(tmp_path / "tabular-pdp"))}
+    assert rows["gdp (anonymized)"]["audited eps (lower bound)"] == NOT_RUN
     # vanilla of the audited run trained without canaries: both runs' vanilla models count
     assert rows["vanilla (anonymized)"]["seeds"] == 2 and rows["vanilla (anonymized)"]["MIA AUC (best attack)"] != AUDITED
     us = tmp_path / "ultrasound" / "runs" / "fedavg_audit"  # ultrasound: audit in summary.json
