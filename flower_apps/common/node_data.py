@@ -226,6 +226,48 @@ def node_of(grid: Grid) -> dict[int, int]:
     return dict(grid._placement) if isinstance(grid, PlacedGrid) else {}
 
 
+@dataclass
+class ImageNode:
+    """An images-npz node folder as normalized tensors per logical client (dfl-dp, unlinkable-dfl ClientApps)."""
+
+    node: str
+    num_classes: int
+    image_shape: tuple[int, int, int]
+    x: dict  # logical client -> normalized images (torch.Tensor)
+    y: dict  # logical client -> labels (torch.Tensor)
+
+    def sizes(self) -> dict[int, int]:
+        return {c: len(v) for c, v in self.y.items()}
+
+    def label_counts(self) -> dict[int, list[int]]:
+        import numpy as np
+
+        return {c: np.bincount(v.numpy(), minlength=self.num_classes).tolist() for c, v in self.y.items()}
+
+
+def image_shape(x) -> tuple[int, int, int]:
+    """(C, H, W) of a uint8 image array (n, H, W) or (n, H, W, C)."""
+    s = x.shape[1:]
+    return (1, s[0], s[1]) if len(s) == 2 else (s[2], s[0], s[1])
+
+
+def read_image_node(data_path: str, study: str, node: str) -> tuple[ImageNode, dict]:
+    """``<data-path>[/<study>]/node.json`` (images-npz) as an :class:`ImageNode`, plus the raw clients read.
+
+    Raises NodeDataError (a DataError) when the folder is unusable, naming the node and the file.
+    """
+    import torch
+
+    from datasets.node_local import image_meta, node_folder, read_image_clients, read_manifest
+    from datasets.transforms import normalize_images
+
+    m = read_manifest(node_folder(data_path, study), "images-npz", node)
+    raw = read_image_clients(m)
+    num_classes, mean, std = image_meta(m)
+    return ImageNode(m.node, num_classes, image_shape(next(iter(raw.values())).x), {c: normalize_images(v.x, mean, std) for c, v in raw.items()},
+                     {c: torch.from_numpy(v.y) for c, v in raw.items()}), raw
+
+
 class RoundErrors:
     """Every error reply of a run, per round, for ``summary.json`` (not only the logs).
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -17,6 +17,8 @@ from datasets.partition import class_counts, dirichlet_partition
 from datasets.registry import load_dataset
 from datasets.splits import four_way_split, train_and_test
 from datasets.transforms import normalize_images
+from flower_apps.common.node_data import ImageNode, read_image_node
+from flower_apps.common.node_data import image_shape as _image_shape
 
 log = logging.getLogger(__name__)
 TEST_HOLDOUT_SEED = 0  # the held-out test set (when the source has none) is the same for every seed
@@ -133,43 +135,20 @@ def validate_data(cfg) -> DataPlan:  # cfg: DflDpConfig
 
 # --- Deployment with node-local data (datasets.node_local): a node reads only its data-path.
 @dataclass
-class NodeClients:
+class NodeClients(ImageNode):
     """The logical clients one node holds, with the attributes ``client_app.train`` reads from a DataPlan."""
 
-    node: str
-    num_classes: int
-    image_shape: tuple[int, int, int]
-    x: dict[int, torch.Tensor]
-    y: dict[int, torch.Tensor]
-    client_indices: dict[int, np.ndarray]  # positions in the node's own file (victim capture)
+    client_indices: dict[int, np.ndarray] = field(default_factory=dict)  # positions in the node's own file
 
     def client_data(self, cid: int) -> tuple[torch.Tensor, torch.Tensor]:
         return self.x[cid], self.y[cid]
-
-    def sizes(self) -> dict[int, int]:
-        return {c: len(v) for c, v in self.y.items()}
-
-    def label_counts(self) -> dict[int, list[int]]:
-        return {c: np.bincount(v.numpy(), minlength=self.num_classes).tolist() for c, v in self.y.items()}
-
-
-def _image_shape(x: np.ndarray) -> tuple[int, int, int]:
-    s = x.shape[1:]
-    return (1, s[0], s[1]) if len(s) == 2 else (s[2], s[0], s[1])
 
 
 @functools.lru_cache(maxsize=2)
 def node_clients(data_path: str, node: str) -> NodeClients:
     """The node's clients from ``<data-path>[/dfl-dp]/node.json`` (images-npz); NodeDataError if unusable."""
-    from datasets.node_local import image_meta, node_folder, read_image_clients, read_manifest
-
-    m = read_manifest(node_folder(data_path, "dfl-dp"), "images-npz", node)
-    raw = read_image_clients(m)
-    num_classes, mean, std = image_meta(m)
-    return NodeClients(m.node, num_classes, _image_shape(next(iter(raw.values())).x),
-                       {c: normalize_images(v.x, mean, std) for c, v in raw.items()},
-                       {c: torch.from_numpy(v.y) for c, v in raw.items()},
-                       {c: np.arange(len(v.y)) for c, v in raw.items()})
+    base, raw = read_image_node(data_path, "dfl-dp", node)
+    return NodeClients(**vars(base), client_indices={c: np.arange(len(v.y)) for c, v in raw.items()})
 
 
 @dataclass

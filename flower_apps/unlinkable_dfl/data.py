@@ -18,6 +18,8 @@ from datasets.partition import class_counts, dirichlet_partition
 from datasets.registry import load_dataset
 from datasets.splits import train_and_test
 from datasets.transforms import normalize_images
+from flower_apps.common.node_data import ImageNode, read_image_node
+from flower_apps.common.node_data import image_shape as _image_shape
 
 log = logging.getLogger(__name__)
 TEST_HOLDOUT_SEED = 0  # the held-out test set (when the source has none) is the same for every seed
@@ -127,43 +129,19 @@ def validate_data(cfg) -> DataPlan | EvalSet:  # cfg: UdflConfig
 # node-local data is read; the ServerApp plays only the network and the nodes' memory, and evaluates
 # the nodes' models on the coordinator's test set (eval-data-path), as the simulated nodes do on theirs.
 @dataclass
-class NodeShards:
+class NodeShards(ImageNode):
     """The logical nodes one SuperNode holds: normalized images per node, with the attributes the ClientApp reads."""
-
-    node: str
-    num_classes: int
-    image_shape: tuple[int, int, int]
-    x: dict[int, torch.Tensor]
-    y: dict[int, torch.Tensor]
 
     def node_data(self, node: int) -> tuple[torch.Tensor, torch.Tensor]:
         if node not in self.x:
             raise DataError(f"{self.node}: holds nodes {sorted(self.x)}, asked for node {node}")
         return self.x[node], self.y[node]
 
-    def sizes(self) -> dict[int, int]:
-        return {c: len(v) for c, v in self.y.items()}
-
-    def label_counts(self) -> dict[int, list[int]]:
-        return {c: np.bincount(v.numpy(), minlength=self.num_classes).tolist() for c, v in self.y.items()}
-
-
-def _image_shape(x: np.ndarray) -> tuple[int, int, int]:
-    s = x.shape[1:]
-    return (1, s[0], s[1]) if len(s) == 2 else (s[2], s[0], s[1])
-
 
 @functools.lru_cache(maxsize=2)
 def node_shards(data_path: str, node: str) -> NodeShards:
     """The node's shards from ``<data-path>[/unlinkable-dfl]/node.json`` (images-npz); NodeDataError if unusable."""
-    from datasets.node_local import image_meta, node_folder, read_image_clients, read_manifest
-
-    m = read_manifest(node_folder(data_path, "unlinkable-dfl"), "images-npz", node)
-    raw = read_image_clients(m)
-    num_classes, mean, std = image_meta(m)
-    return NodeShards(m.node, num_classes, _image_shape(next(iter(raw.values())).x),
-                      {c: normalize_images(v.x, mean, std) for c, v in raw.items()},
-                      {c: torch.from_numpy(v.y) for c, v in raw.items()})
+    return NodeShards(**vars(read_image_node(data_path, "unlinkable-dfl", node)[0]))
 
 
 @dataclass
