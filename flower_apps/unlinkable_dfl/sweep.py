@@ -69,6 +69,9 @@ def plan(experiment: str, scale: str) -> Plan:
         for n in ((8, 16, 32, 64, 100) if paper else (8, 16, 32)):
             for t in TRANSPORTS.values():
                 p.runs.append({"num-clients": n, **t, **({} if paper else {"clients-per-message": max(1, n // 2)})})
+            # the sender-linking advantage of the same transports (mixnet at the runs' K, O, mu; mixnet off),
+            # so that the report card puts each run's accuracy and linking in one row
+            p.traffic += [TrafficSpec(num_nodes=n, mixnet=False), TrafficSpec(num_nodes=n, outbox=learning_outbox(scale))]
     elif experiment == "cost":
         for t in TRANSPORTS.values():
             p.runs.append({"num-clients": 32, "udfl-outbox": 100, **t,
@@ -98,6 +101,10 @@ def plan(experiment: str, scale: str) -> Plan:
         p.traffic = [TrafficSpec(num_nodes=n, mixnet=False)]
         p.traffic += [TrafficSpec(num_nodes=n, max_hops=k, outbox=o)
                       for k in (1, 2, 3) for o in ((10, 50, 100) if paper else (10, 50))]
+        # ... and the learning runs' own configuration (the scale's preset: K = 2, its O), so that the
+        # report card can put a learning run's accuracy and its linking advantage in one row
+        learn = TrafficSpec(num_nodes=n, outbox=learning_outbox(scale))
+        p.traffic += [] if learn in p.traffic else [learn]
     elif experiment == "topology":
         # Supplement: graph degree of the learning topology (circulant; full mesh = degree N - 1),
         # learning with the mixnet on, and the passive adversary's linking on the same graphs.
@@ -114,6 +121,14 @@ def plan(experiment: str, scale: str) -> Plan:
     else:
         raise ValueError(f"experiment must be one of {EXPERIMENTS}, got {experiment!r}")
     return p
+
+
+def learning_outbox(scale: str) -> int:
+    """O of the scale's learning runs (its preset, else the key's default)."""
+    from flower_apps.unlinkable_dfl.config import PRESETS
+    from flower_apps.unlinkable_dfl.study import KEYS
+
+    return int(PRESETS[scale].get("udfl-outbox", KEYS.defaults()["udfl-outbox"]))
 
 
 def build_configs(runs: list[dict], scale: str, seeds: range, results_dir: str,

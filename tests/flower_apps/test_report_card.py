@@ -14,6 +14,7 @@ from flower_apps.common.report_card import (
     audited_epsilon,
     build_card,
     collect_tabular_pdp,
+    collect_unlinkable_dfl,
     collect_ultrasound,
     is_audited_run,
     write_card,
@@ -59,11 +60,26 @@ def _tree(root: Path) -> None:
     _put(us / "attacks_inversion.json", {"settings": {}, "rows": [
         {"attack": "idlg", "view": "gradient", "ssim": 0.9}, {"attack": "idlg", "view": "dp-sgd", "ssim": 0.05}]})
     ul = root / "unlinkable-dfl"
-    _put(ul / "runs" / "mix_s0" / "summary.json", {"seed": 0, "transport": "mixnet", "mode": "fragments",
-                                                   "num_nodes": 10, "final_acc": 0.8, "h_relay_bits": 3.3})
-    _put(ul / "transport" / "abc.json", {"spec": {}, "result": {
-        "label": "mixnet K=2", "num_nodes": 10, "seed": 0, "agnostic_advantage": 0.02, "aware_advantage": 0.05,
-        "h_relay_bits": 3.3, "h_path_bits": 6.6, "h_relay_loc_bits": 2.9}})
+    _put(ul / "runs" / "mix_s0" / "summary.json", _udfl_summary(seed=0, final_acc=0.8))
+    _put(ul / "transport" / "abc.json", {"spec": _spec(), "result": {
+        "label": "K=2, O=20, mu=0.1", "mixnet": True, "num_nodes": 10, "seed": 0, "agnostic_advantage": 0.02,
+        "aware_advantage": 0.05, "h_relay_bits": 3.3, "h_path_bits": 6.6, "h_relay_loc_bits": 2.9}})
+
+
+def _udfl_summary(**over) -> dict:
+    """An unlinkable-dfl learning summary with the fields the card reads (server_app._summary)."""
+    return {"seed": 0, "transport": "mixnet", "mode": "unlinkable", "num_nodes": 10, "topology": "circulant",
+            "degree": 4, "max_hops": 2, "outbox": 20, "mu": 0.1, "cover": True, "fragments_per_update": 7,
+            "share_ratio": 1.0, "dataset": "mnist-5k", "model": "lenet5", "num_rounds": 5, "encoding": "q8",
+            "aggregator": "fedavg", "alpha": 10.0, "churn_leave": 0.0, "churn_join": 0.5, "byzantine_fraction": 0.0,
+            "final_acc": 0.8, "h_relay_bits": 3.3, "h_path_bits": 6.6, **over}
+
+
+def _spec(**over) -> dict:
+    """A transport measurement's spec (netexp.TrafficSpec as written by the sweep)."""
+    return {"num_nodes": 10, "degree": 4, "topology": "circulant", "fragments_per_peer": 7, "rounds": 1,
+            "mixnet": True, "max_hops": 2, "outbox": 20, "mu": 0.1, "cover": True, "latency": 0.005, "seed": 0,
+            **over}
 
 
 def test_cards_of_a_synthetic_tree(tmp_path):
@@ -164,3 +180,38 @@ def test_card_of_a_real_smoke_run(tmp_path):
     assert len(card) == 2 and f"{summary['accounting']['eps_total']:.4g}" in card[1]
     assert f"{row['auc']:.3f}" in card[1] and "lira-offline" in card[1]
     assert not math.isnan(summary["final_acc"])
+
+
+def test_unlinkable_card_joins_learning_and_linking_per_mixnet_configuration(tmp_path):
+    """A learning run and a transport measurement share a row exactly when the linking depends on the
+    same things (N, graph, K, O, mu, cover, fragments per peer); anything else keeps a row of its own."""
+    ul = tmp_path / "unlinkable-dfl"
+    for seed, acc in ((0, 0.80), (1, 0.84)):
+        _put(ul / "runs" / f"mix_s{seed}" / "summary.json", _udfl_summary(seed=seed, final_acc=acc))
+    _put(ul / "runs" / "twin_s1" / "summary.json", _udfl_summary(seed=1, final_acc=0.84))  # same run, other name
+    _put(ul / "runs" / "partial_s0" / "summary.json", _udfl_summary(share_ratio=0.5, final_acc=0.7))
+    _put(ul / "runs" / "direct_s0" / "summary.json", _udfl_summary(transport="direct", final_acc=0.81))
+    _put(ul / "runs" / "float_s0" / "summary.json",  # 26 fragments: no measurement of that traffic
+         _udfl_summary(transport="direct", encoding="float32", fragments_per_update=26, final_acc=0.82))
+    res = {"mixnet": True, "seed": 0, "agnostic_advantage": 0.02, "aware_advantage": 0.05,
+           "h_relay_bits": 4.3, "h_path_bits": 8.6, "h_relay_loc_bits": 2.9}
+    _put(ul / "transport" / "a.json", {"spec": _spec(), "result": res})
+    _put(ul / "transport" / "b.json", {"spec": _spec(outbox=10), "result": {**res, "aware_advantage": 0.3}})
+    _put(ul / "transport" / "c.json", {"spec": _spec(mixnet=False, outbox=100),
+                                       "result": {**res, "mixnet": False, "aware_advantage": 0.9}})
+    rows = {r["condition"]: r for r in build_card("unlinkable-dfl", collect_unlinkable_dfl(ul))}
+    joined = ("mixnet K=2, O=20, mu=0.1; N=10, circulant d=4, 7 fragments/peer | "
+              "mnist-5k lenet5, T=5, q8, share 1, fedavg, alpha 10")
+    assert rows[joined]["seeds"] == "2 learning + 1 linking"
+    assert rows[joined]["test accuracy (%)"].startswith("82.00 +- 2.83")
+    assert rows[joined]["linking advantage"].startswith("0.050") and rows[joined]["H_relay (bits)"].startswith("4.30")
+    off = "mixnet off; N=10, circulant d=4, 7 fragments/peer | mnist-5k lenet5, T=5, q8, share 1, fedavg, alpha 10"
+    assert rows[off]["linking advantage"].startswith("0.900") and rows[off]["test accuracy (%)"].startswith("81.00")
+    alone = "linking only: mixnet K=2, O=10, mu=0.1; N=10, circulant d=4, 7 fragments/peer"
+    assert rows[alone]["test accuracy (%)"] == "-" and rows[alone]["linking advantage"].startswith("0.300")
+    partial = next(r for c, r in rows.items() if c.startswith("learning only:") and "share 0.5" in c)
+    assert partial["linking advantage"] == NOT_RUN
+    floats = rows["mixnet off; N=10, circulant d=4, 26 fragments/peer | mnist-5k lenet5, T=5, float32, share 1, "
+                  "fedavg, alpha 10"]  # a configuration nobody measured: its linking cell says so
+    assert floats["linking advantage"] == NOT_RUN and floats["test accuracy (%)"].startswith("82.00")
+    assert len(rows) == 5

@@ -62,3 +62,32 @@ def test_theory_table_flags_a_measured_advantage_above_its_bound(tmp_path):
     bad = {**row, "aware_advantage": row["aware_trace_bound"] + 0.01}  # a violation must show
     md = write_report("linking", "reduced", [], [bad], tmp_path)
     assert "**NO**" in md
+
+
+@pytest.mark.parametrize("scale", sweep.SCALES)
+def test_scaling_and_linking_measure_the_linking_of_the_learning_configurations(scale, tmp_path):
+    """The report card joins a learning run with the transport measurement of its own configuration
+    (report_card.transport_key): the scaling experiment measures each of its fragment transports, and the
+    linking experiment includes the scale's learning preset (its O), not only the O grid."""
+    from flower_apps.common.report_card import transport_key
+    from flower_apps.unlinkable_dfl.models import build_model, shareable_keys
+    from flower_apps.unlinkable_dfl.node import fragment_layout
+
+    def key_of_spec(t):
+        return transport_key(mixnet=t.mixnet, num_nodes=t.num_nodes, topology=t.topology, degree=t.degree,
+                             max_hops=t.max_hops, outbox=t.outbox, mu=t.mu, cover=t.cover,
+                             fragments=t.fragments_per_peer)
+
+    model = build_model("lenet5", 0)
+    values = sum(model.state_dict()[k].numel() for k in shareable_keys(model))
+    p = sweep.plan("scaling", scale)
+    measured = {key_of_spec(t) for t in p.traffic}
+    learning = [c for c in sweep.build_configs(p.runs, scale, range(1), str(tmp_path)) if c.mode == "unlinkable"]
+    assert learning and {c.transport for c in learning} == {"mixnet", "direct"}
+    for c in learning:
+        frags = fragment_layout(values, c.payload_size, c.encoding).count
+        key = transport_key(mixnet=c.transport == "mixnet", num_nodes=c.num_nodes, topology=c.topology,
+                            degree=c.degree, max_hops=c.max_hops, outbox=c.outbox, mu=c.mu, cover=c.cover,
+                            fragments=frags)
+        assert key in measured, (c.transport, c.num_nodes, c.outbox, frags)
+    assert any(t.outbox == sweep.learning_outbox(scale) and t.max_hops == 2 for t in sweep.plan("linking", scale).traffic)
