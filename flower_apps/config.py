@@ -296,11 +296,18 @@ class StudySpec:
     client_train: Any  # Callable[[Message, Context], Message]
 
 
-def resolve(raw: dict[str, Any], studies: dict[str, StudySpec]) -> tuple[StudySpec, dict[str, Any]]:
+def resolve(raw: dict[str, Any], studies: dict[str, StudySpec],
+            given: Iterable[str] | None = None) -> tuple[StudySpec, dict[str, Any]]:
     """Validate keys, apply the study's preset, check every value; return (spec, flat resolved config).
 
     Order: unknown keys; study and preset; every value's type (finite for numbers); then the
     range/choices of each key the study reads. The study's cross-field rules follow in build_config.
+
+    Precedence: defaults < the preset < what the user set. Flower hands the ServerApp every key
+    (pyproject's defaults fused with the user's ``--run-config``), so ``given`` names the keys the
+    user set (``grid.run.override_config``, in-process overrides): those win even when their value
+    equals the default (``lr=0.01`` with a preset whose lr is 1e-3). Without ``given``, a value that
+    differs from the default counts as set.
     """
     check_keys(raw)
     study = raw.get("study", RUN_CONFIG_DEFAULTS["study"])
@@ -310,7 +317,8 @@ def resolve(raw: dict[str, Any], studies: dict[str, StudySpec]) -> tuple[StudySp
     preset = raw.get("preset", RUN_CONFIG_DEFAULTS["preset"])
     if preset not in spec.presets:
         raise ConfigError(f"preset={preset!r} is not a preset of study {study!r}; allowed: {sorted(spec.presets)}")
-    explicit = {k: v for k, v in raw.items() if v != RUN_CONFIG_DEFAULTS[k]}
+    named = set(given or ())
+    explicit = {k: v for k, v in raw.items() if k in named or v != RUN_CONFIG_DEFAULTS[k]}
     resolved = {**RUN_CONFIG_DEFAULTS, **spec.presets[preset], **explicit}
     for key, val in resolved.items():  # other studies' keys too: no inf/nan/ill-typed value anywhere
         spec.keys.keys.get(key, DECLARED[key]).check_type(val)

@@ -10,6 +10,7 @@ ClientApp serves flwr run, in-process simulation, sweeps and deployments.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from typing import Any
 
 from flwr.app import Context
@@ -48,10 +49,26 @@ def install_one_line_refusals() -> None:
         log.addFilter(OneLineRefusals())
 
 
-def prepare(raw: dict[str, Any]):
-    """(spec, study config) from a raw run config; raises ConfigError naming the bad key."""
-    spec, flat = resolve(dict(raw), STUDIES)
+def prepare(raw: dict[str, Any], given: Iterable[str] | None = None):
+    """(spec, study config) from a raw run config; raises ConfigError naming the bad key.
+
+    ``given``: the keys the user set (they win over the preset even at their default value).
+    """
+    spec, flat = resolve(dict(raw), STUDIES, given)
     return spec, spec.build_config(flat)
+
+
+def prepare_run(run_config: dict[str, Any], user_set: dict[str, Any], overrides: dict[str, Any] | None = None):
+    """(spec, study config) of a ServerApp run.
+
+    ``run_config`` is Flower's fused run config (pyproject defaults + the user's values), ``user_set``
+    the Run's override config (what `flwr run --run-config` set), ``overrides`` in-process values on
+    top. The keys in the last two win over the preset even at their default value.
+    """
+    from flower_apps.config import RUN_CONFIG_DEFAULTS
+
+    raw = {**RUN_CONFIG_DEFAULTS, **run_config, **(overrides or {})}
+    return prepare(raw, given={*user_set, *(overrides or {})})
 
 
 def make_server_app(overrides: dict[str, Any] | None = None) -> ServerApp:
@@ -61,10 +78,7 @@ def make_server_app(overrides: dict[str, Any] | None = None) -> ServerApp:
 
     @app.main()
     def main(grid: Grid, context: Context) -> None:
-        from flower_apps.config import RUN_CONFIG_DEFAULTS
-
-        raw = {**RUN_CONFIG_DEFAULTS, **dict(context.run_config), **(overrides or {})}
-        spec, cfg = prepare(raw)
+        spec, cfg = prepare_run(dict(context.run_config), dict(grid.run.override_config), overrides)
         log.info("study %s, config %s", spec.name, cfg)
         spec.server_main(grid, cfg)
 

@@ -40,7 +40,7 @@ def run_config_in_process(overrides: dict[str, Any], num_supernodes: int | None 
     """Validate ``overrides`` (raises before any work), then run them through the simulation."""
     from flower_apps.config import RUN_CONFIG_DEFAULTS
 
-    _, cfg = prepare({**RUN_CONFIG_DEFAULTS, **overrides})
+    _, cfg = prepare({**RUN_CONFIG_DEFAULTS, **overrides}, given=overrides)
     n = num_supernodes or _nodes_needed(cfg)
     simulate(make_server_app(overrides), n, num_cpus, num_gpus)
 

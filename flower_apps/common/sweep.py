@@ -62,9 +62,7 @@ def run_keys(overrides: dict[str, Any], run: dict[str, Any]) -> dict[str, Any]:
     from flower_apps.config import RUN_CONFIG_DEFAULTS, resolve
     from flower_apps.studies import STUDIES
 
-    _, flat = resolve({**RUN_CONFIG_DEFAULTS, **overrides, **run}, STUDIES)
-    flat.update({k: v for k, v in overrides.items() if k != "preset"})
-    flat.update(run)
+    _, flat = resolve({**RUN_CONFIG_DEFAULTS, **overrides, **run}, STUDIES, given={*overrides, *run})
     return flat
 
 

@@ -69,8 +69,10 @@ for _spec in (
 #   groupnorm        BN -> GroupNorm (affine carried over, statistics lost), every layer trained
 #   frozen-bn        BN frozen in eval form (ImageNet statistics and affine kept), every other layer trained
 #   frozen-bn-last   frozen BN and only the last LAST_GROUPS layer groups trained (timm's group_matcher)
-DP_FINETUNE = ("groupnorm", "frozen-bn", "frozen-bn-last")
-LAST_GROUPS = 3
+#   frozen-bn-head   frozen BN and only the classifier trained: DP-SGD on a linear probe of the pretrained
+#                    features (Tramer & Boneh 2021: few noised coordinates, the features carry the accuracy)
+DP_FINETUNE = ("groupnorm", "frozen-bn", "frozen-bn-last", "frozen-bn-head")
+LAST_GROUPS = {"frozen-bn-last": 3, "frozen-bn-head": 1}  # layer groups trained; timm's last group is the classifier
 
 
 def check_image_size(arch: str, image_size: int) -> None:
@@ -115,8 +117,8 @@ def make_dp_model(model: nn.Module, dp_finetune: str) -> tuple[nn.Module, list]:
     if dp_finetune not in DP_FINETUNE:
         raise ValueError(f"unknown DP fine-tuning mode {dp_finetune!r}; allowed: {list(DP_FINETUNE)}")
     model, changes = make_opacus_compatible(model, bn="groupnorm" if dp_finetune == "groupnorm" else "frozen")
-    if dp_finetune == "frozen-bn-last":
-        changes.append(train_last_groups(model, LAST_GROUPS))
+    if dp_finetune in LAST_GROUPS:
+        changes.append(train_last_groups(model, LAST_GROUPS[dp_finetune]))
     return model, changes
 
 

@@ -49,7 +49,8 @@ KEYS = KeyTable(STUDY, (
     Key("us-delta", 1e-5, float, gt=0, lt=1, field="delta", doc="delta at which DP-SGD epsilon is reported"),
     Key("us-dp-finetune", "frozen-bn", str, choices=DP_FINETUNE, field="dp_finetune",
         doc="DP-SGD on a pretrained net: frozen-bn (BatchNorm frozen in eval form, ImageNet statistics kept), "
-            "frozen-bn-last (also only the last 3 layer groups trained) or groupnorm (BN -> GroupNorm)"),
+            "frozen-bn-last (also only the last 3 layer groups trained), frozen-bn-head (only the classifier "
+            "trained: a DP linear probe) or groupnorm (BN -> GroupNorm)"),
     Key("us-grad-sample-mode", "ghost", str, choices=GRAD_SAMPLE_MODES, field="grad_sample_mode",
         doc="per-sample gradient implementation (ghost clipping: fastest on CPU, least memory)"),
     Key("us-pretrained", True, bool, field="pretrained", doc="start from ImageNet weights when available"),

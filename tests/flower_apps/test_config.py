@@ -35,6 +35,25 @@ def test_issue_example_config_resolves_to_exactly_those_values():
         ("sequential-dfl", 1.0, 2.0, 100, 100)
 
 
+def test_a_value_the_user_set_wins_over_the_preset_even_at_its_default():
+    """Flower fuses pyproject's defaults into every run config, so `lr=0.01` (the key's default) looked
+    unset and the ultrasound cpu preset's lr 1e-3 silently replaced it. The Run's override config and
+    in-process overrides say what the user set."""
+    from flower_apps.common.sweep import run_keys
+    from flower_apps.router import prepare_run
+
+    fused = {**RUN_CONFIG_DEFAULTS, "study": "ultrasound", "preset": "cpu"}  # what Flower hands the ServerApp
+    assert RUN_CONFIG_DEFAULTS["lr"] == 0.01
+    _, cfg = prepare_run(fused, {"study": "ultrasound", "preset": "cpu", "lr": 0.01})  # flwr run --run-config
+    assert cfg.lr == 0.01
+    _, cfg = prepare_run(fused, {"study": "ultrasound", "preset": "cpu"})  # not set: the preset's value
+    assert cfg.lr == 1e-3
+    _, cfg = prepare_run(fused, {}, {"study": "ultrasound", "preset": "cpu", "lr": 0.01})  # in-process
+    assert cfg.lr == 0.01
+    assert run_keys({"study": "ultrasound", "preset": "cpu", "lr": 0.01}, {})["lr"] == 0.01  # sweeps
+    assert run_keys({"study": "ultrasound", "preset": "cpu"}, {"lr": 0.01})["lr"] == 0.01
+
+
 def test_preset_applies_to_defaults_but_explicit_values_win():
     _, cfg = prepare({"preset": "smoke"})
     assert cfg.num_clients == 10 and cfg.num_rounds == 2 and cfg.dataset == "mnist-5k"

@@ -57,7 +57,7 @@ def test_groupnorm_mode_is_what_it_was():
         make_dp_model(lite0(), "batchnorm")
 
 
-@pytest.mark.parametrize("mode", ["frozen-bn", "frozen-bn-last"])
+@pytest.mark.parametrize("mode", ["frozen-bn", "frozen-bn-last", "frozen-bn-head"])
 def test_huge_clip_no_noise_dp_step_equals_the_plain_step_on_the_frozen_model(mode):
     """Ghost clipping (the default) must skip the parameter-free frozen norms and get every other gradient right."""
     x, y = data()
@@ -87,4 +87,11 @@ def test_last_layers_mode_trains_only_the_last_groups():
     assert "last 3 layer groups" in changes[-1].new
     skeleton = model_skeleton("efficientnet_lite0", 2, 32, dp=True, dp_finetune="frozen-bn-last")
     assert {n for n, p in skeleton.named_parameters() if p.requires_grad} == trained  # clients build the same
-    assert set(DP_FINETUNE) == {"groupnorm", "frozen-bn", "frozen-bn-last"}
+    assert set(DP_FINETUNE) == {"groupnorm", "frozen-bn", "frozen-bn-last", "frozen-bn-head"}
+
+
+def test_head_mode_is_a_linear_probe_of_the_frozen_features():
+    model, changes = make_dp_model(lite0(), "frozen-bn-head")
+    trained = {n for n, p in model.named_parameters() if p.requires_grad}
+    assert trained == {"classifier.weight", "classifier.bias"}
+    assert "last 1 layer groups" in changes[-1].new
