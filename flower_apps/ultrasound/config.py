@@ -57,6 +57,7 @@ class UltrasoundConfig:
     grad_sample_mode: str
     dp_finetune: str
     pretrained: bool
+    head_init: str
     weights_dir: str
     synthetic_fallback: bool
     dataset: str
@@ -92,6 +93,8 @@ class UltrasoundConfig:
         if not self.dp_sgd:
             for k in ("noise_multiplier", "max_grad_norm", "delta", "dp_finetune"):
                 d[k] = None
+        if self.head_init == "timm":  # runs with timm's head keep the hash they had before the key existed
+            d.pop("head_init")
         if not self.audit_canaries:  # un-audited runs keep the hash they had before the audit keys existed
             d.pop("audit_canaries")
             d.pop("audit_canary")
@@ -117,8 +120,11 @@ class UltrasoundConfig:
     def default_run_name(self) -> str:
         # An audited run trains client 0 on canaries too: its own folder, never resumed as the plain run.
         audit = f"_audit-{self.audit_canary}-m{self.audit_canaries}" if self.audit_canaries else ""
-        return (f"{self.task}_{self.partition}_{self.arch}_{self.method}_{self.dp_label}_{self.image_size}px_"
-                f"K{self.num_clients}_T{self.num_rounds}_E{self.local_epochs}_{self.dataset}_s{self.seed}{audit}")
+        # non-default model set-ups get their own folders (the defaults keep the names they always had)
+        ft = f"-{self.dp_finetune}" if self.dp_sgd and self.dp_finetune != "frozen-bn" else ""
+        head = "_head-zero" if self.head_init == "zero" else ""
+        return (f"{self.task}_{self.partition}_{self.arch}_{self.method}_{self.dp_label}{ft}_{self.image_size}px_"
+                f"K{self.num_clients}_T{self.num_rounds}_E{self.local_epochs}_{self.dataset}_s{self.seed}{head}{audit}")
 
 
 def build_config(c: dict[str, Any]) -> UltrasoundConfig:

@@ -72,6 +72,7 @@ for _spec in (
 #   frozen-bn-head   frozen BN and only the classifier trained: DP-SGD on a linear probe of the pretrained
 #                    features (Tramer & Boneh 2021: few noised coordinates, the features carry the accuracy)
 DP_FINETUNE = ("groupnorm", "frozen-bn", "frozen-bn-last", "frozen-bn-head")
+HEAD_INITS = ("timm", "zero")  # the task's new classifier head: timm's random init or all zeros
 LAST_GROUPS = {"frozen-bn-last": 3, "frozen-bn-head": 1}  # layer groups trained; timm's last group is the classifier
 
 
@@ -151,9 +152,18 @@ def _load_pretrained(arch: str, kw: dict, weights_dir: str) -> tuple[nn.Module |
 
 
 def create_model(arch: str, num_classes: int, image_size: int, *, dp: bool, pretrained: bool,
-                 weights_dir: str = "", seed: int = 0, dp_finetune: str = "groupnorm") -> tuple[nn.Module, dict]:
-    """The initial global model and a record of how it was built (for the results)."""
+                 weights_dir: str = "", seed: int = 0, dp_finetune: str = "groupnorm",
+                 head_init: str = "timm") -> tuple[nn.Module, dict]:
+    """The initial global model and a record of how it was built (for the results).
+
+    ``head_init="zero"`` zeroes the task's classifier (weight and bias): every logit starts at 0, the
+    usual start of a linear probe and of DP fine-tuning. timm draws EfficientNet's head uniformly in
+    +-1/sqrt(num_classes) (+-0.71 for two classes), which over 1,280 pooled features gives large
+    random logits that noisy DP-SGD steps are slow to undo.
+    """
     check_image_size(arch, image_size)
+    if head_init not in HEAD_INITS:
+        raise ValueError(f"unknown head init {head_init!r}; allowed: {list(HEAD_INITS)}")
     kw = _kwargs(arch, num_classes, image_size)
     loaded = None
     with torch.random.fork_rng(devices=[]):
@@ -170,12 +180,17 @@ def create_model(arch: str, num_classes: int, image_size: int, *, dp: bool, pret
         else:
             model = loaded
     log.info("ultrasound model %s: weights %s", arch, source)
+    if head_init == "zero":
+        head = model.get_classifier()
+        with torch.no_grad():
+            for p in head.parameters():
+                p.zero_()
     changes: list = []
     if dp:
         model, changes = make_dp_model(model, dp_finetune)
     info = {"timm_name": arch, "paper_name": ARCHS[arch].paper_name, "timm_version": timm.__version__,
             "timm_kwargs": kw, "weights": source, "pretrained_loaded": loaded is not None,
-            "dp_finetune": dp_finetune if dp else None,
+            "dp_finetune": dp_finetune if dp else None, "head_init": head_init,
             "num_params": int(sum(p.numel() for p in model.parameters())),
             "num_trainable": int(sum(p.numel() for p in model.parameters() if p.requires_grad)),
             "dp_model_changes": [c.to_dict() for c in changes]}

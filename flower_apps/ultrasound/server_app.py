@@ -105,7 +105,8 @@ def server_main(grid: Grid, cfg: UltrasoundConfig) -> dict:
     data, grid, deployment = _node_local(grid, cfg) if cfg.node_local_data else (build_data(data_key(cfg)), grid, {})
     device = pick_device(cfg.device)
     model, info = create_model(cfg.arch, data.num_classes, cfg.image_size, dp=cfg.dp_sgd, pretrained=cfg.pretrained,
-                               weights_dir=cfg.weights_dir, seed=cfg.seed, dp_finetune=cfg.dp_finetune)
+                               weights_dir=cfg.weights_dir, seed=cfg.seed, dp_finetune=cfg.dp_finetune,
+                               head_init=cfg.head_init)
     atomic_write_json(out / "model.json", info)
     initial = state_to_record(model)
     payload = int(sum(a.numpy().nbytes for a in initial.values()))

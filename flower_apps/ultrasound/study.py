@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from datasets.busi import TASKS, ULTRASOUND_SOURCES
 from flower_apps.config import COMMON_KEYS, SHARED_KEYS, Key, KeyTable
-from flower_apps.ultrasound.models import ARCHS, DP_FINETUNE
+from flower_apps.ultrasound.models import ARCHS, DP_FINETUNE, HEAD_INITS
 from privacy.dpsgd import GRAD_SAMPLE_MODES
 
 STUDY = "ultrasound"
@@ -54,6 +54,9 @@ KEYS = KeyTable(STUDY, (
     Key("us-grad-sample-mode", "ghost", str, choices=GRAD_SAMPLE_MODES, field="grad_sample_mode",
         doc="per-sample gradient implementation (ghost clipping: fastest on CPU, least memory)"),
     Key("us-pretrained", True, bool, field="pretrained", doc="start from ImageNet weights when available"),
+    Key("us-head-init", "timm", str, choices=HEAD_INITS, field="head_init",
+        doc="the new classifier head: timm's initialisation, or zero (the usual start for a linear probe and "
+            "for DP fine-tuning: no random logits before the first update)"),
     Key("us-weights-dir", "", str, field="weights_dir", doc="where pretrained weights are ('' = the caches)"),
     Key("us-synthetic-fallback", False, bool, field="synthetic_fallback",
         doc="smoke only: labelled synthetic images when BUSI is absent"),

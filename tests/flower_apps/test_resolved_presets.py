@@ -27,7 +27,8 @@ FIELD_CHANGES = {
     "tabular-pdp": ({}, {"round_timeout": 3600.0, **_AUDIT_AND_NODE_DATA}),
     # issue 16: DP fine-tuning keeps pretrained BatchNorm frozen by default (was: GroupNorm swap)
     "ultrasound": ({}, {"round_timeout": 3600.0, "dp_finetune": "frozen-bn", **_AUDIT_AND_NODE_DATA,
-                        "audit_canary": "random-pixels", "eval_data_path": ""}),
+                        "audit_canary": "random-pixels", "eval_data_path": "",
+                        "head_init": "timm"}),  # issue 16: optional zero-initialised head
     # udfl-round-timeout is virtual time; round_timeout is the common wall-clock wait
     "unlinkable-dfl": ({"round_timeout": "virtual_round_timeout"},
                        {"round_timeout": 3600.0, "node_local_data": False, "eval_data_path": ""}),

@@ -95,3 +95,25 @@ def test_head_mode_is_a_linear_probe_of_the_frozen_features():
     trained = {n for n, p in model.named_parameters() if p.requires_grad}
     assert trained == {"classifier.weight", "classifier.bias"}
     assert "last 1 layer groups" in changes[-1].new
+
+
+def test_zero_head_init_starts_every_logit_at_zero_and_keeps_its_own_run_folder():
+    from flower_apps.router import prepare
+    from flower_apps.ultrasound.models import create_model
+
+    zero, info = create_model("efficientnet_lite0", 2, 32, dp=True, pretrained=False, seed=3,
+                              dp_finetune="frozen-bn-head", head_init="zero")
+    timm_head, _ = create_model("efficientnet_lite0", 2, 32, dp=True, pretrained=False, seed=3,
+                                dp_finetune="frozen-bn-head")
+    assert info["head_init"] == "zero"
+    assert not zero.classifier.weight.any() and not zero.classifier.bias.any()
+    assert timm_head.classifier.weight.abs().mean() > 0.1  # timm: uniform in +-1/sqrt(2)
+    assert not zero(torch.rand(2, 3, 32, 32)).any()  # all logits 0: both classes equally likely
+    with pytest.raises(ValueError, match="unknown head init"):
+        create_model("efficientnet_lite0", 2, 32, dp=False, pretrained=False, head_init="ones")
+    base = {"study": "ultrasound", "preset": "smoke", "us-dp-sgd": True}
+    plain = prepare(base)[1]
+    other = prepare({**base, "us-head-init": "zero", "us-dp-finetune": "frozen-bn-head"})[1]
+    assert other.default_run_name != plain.default_run_name
+    assert "-frozen-bn-head_" in other.default_run_name and other.default_run_name.endswith("_head-zero")
+    assert "head_init" not in plain.effective() and other.effective()["head_init"] == "zero"
