@@ -65,9 +65,15 @@ NOT_RESULTS = ("round_timeout",)
 
 
 def run_hash(cfg: Any) -> str:
-    """Identity of a run (a config dataclass) for resuming: every field except :data:`NOT_RESULTS`."""
+    """Identity of a run (a config dataclass) for resuming.
+
+    The config's own ``effective()`` fields when it defines them (the fields that can change its
+    results), else every field except :data:`NOT_RESULTS`.
+    """
     import dataclasses
 
+    if hasattr(cfg, "effective"):
+        return config_hash(cfg.effective())
     return config_hash({k: v for k, v in dataclasses.asdict(cfg).items() if k not in NOT_RESULTS})
 
 
@@ -76,10 +82,42 @@ def run_folder(study: str, cfg: Any) -> Path:
     return Path(cfg.results_dir) / study / "runs" / (cfg.run_name or cfg.default_run_name)
 
 
+def other_finished_run(folder: str | Path, run_id: str) -> str | None:
+    """The config hash of a finished run in ``folder`` that is NOT ``run_id``, else None."""
+    p = Path(folder) / "summary.json"
+    try:
+        other = read_json(p).get("config_hash") if p.is_file() else None
+    except (OSError, ValueError):
+        return None
+    return other if other and other != run_id else None
+
+
+def check_run_folder(folder: str | Path, cfg: Any) -> None:
+    """Refuse (ConfigError) to write ``cfg``'s run into a folder that holds another config's finished run.
+
+    Run folders are named by the config's run name, which does not spell out every key (``lr``,
+    ``batch-size``, ...): two configs can share a name. Rerunning the same config overwrites its
+    folder; a different one must not silently replace finished results.
+    """
+    from flower_apps.config import ConfigError
+
+    other = other_finished_run(folder, run_hash(cfg))
+    if other:
+        raise ConfigError(
+            f"run folder {folder} holds a finished run of another config (config_hash {other}, this run "
+            f"{run_hash(cfg)}): keys outside the run name differ; set run-name (or the sweep's --results-dir) "
+            f"to keep both, or delete the folder to replace it")
+
+
 def open_run_folder(folder: str | Path, cfg: Any) -> Path:
-    """Create a run's folder and write its resolved config (call it only after the data validated)."""
+    """Create a run's folder and write its resolved config (call it only after the data validated).
+
+    Refuses, before writing anything, a folder holding another config's finished run
+    (:func:`check_run_folder`).
+    """
     import dataclasses
 
+    check_run_folder(folder, cfg)
     out = Path(folder)
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_json(out / "config.json", dataclasses.asdict(cfg))

@@ -30,6 +30,9 @@ def sweep_parser(module: str, doc: str, seeds_help: str = "number of seeds (defa
     p.add_argument("--seed0", type=int, default=0, help="first seed")
     p.add_argument("--num-cpus", type=float, default=1, help="CPUs per virtual SuperNode (Ray client resources)")
     p.add_argument("--report-only", action="store_true", help="only rebuild tables and figures")
+    p.add_argument("--set", action="append", default=[], type=parse_set, metavar="KEY=VALUE", dest="set",
+                   help="any run key for every run of the sweep, as in flwr run --run-config (repeatable; "
+                        "e.g. --set lr=0.01 --set us-head-init=zero); a key the grid sweeps is refused")
     p.add_argument("--noise-seed-file", type=lambda f: str(Path(f).resolve()),
                    help="a LOCAL secret file that seeds the DP noise, for bit-reproducible DP runs "
                         "(default: secure noise from OS entropy; see README, Privacy)")
@@ -45,22 +48,69 @@ def add_data_args(p: argparse.ArgumentParser, datasets: Sequence[str] | None = N
     p.add_argument("--device")
 
 
-def sweep_overrides(study: str, preset: str, results_dir: str, knobs: dict[str, Any]) -> dict[str, Any]:
-    """Run keys of every run of a sweep: study, preset, the absolute results folder, and the given knobs.
+def parse_set(text: str) -> tuple[str, Any]:
+    """``KEY=VALUE`` of ``--set`` as (key, value); VALUE is read as in ``flwr run --run-config`` (TOML:
+    ``0.01``, ``true``, ``'zero'``), and a bare word that is not TOML (``zero``) as a string."""
+    import tomllib
+
+    key, sep, raw = text.partition("=")
+    key, raw = key.strip(), raw.strip()
+    if not sep or not key or not raw:
+        raise argparse.ArgumentTypeError(f"--set wants KEY=VALUE, got {text!r}")
+    try:
+        value = tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw
+    return key, value
+
+
+# Keys a sweep sets itself, from its own flags.
+SWEEP_OWNED = ("study", "preset", "results-dir")
+
+
+class Overrides(dict):
+    """A sweep's run keys (:func:`sweep_overrides`); ``sets`` are the keys that came from ``--set``."""
+
+    sets: frozenset[str] = frozenset()
+
+
+def sweep_overrides(study: str, preset: str, results_dir: str, knobs: dict[str, Any],
+                    sets: Sequence[tuple[str, Any]] = ()) -> dict[str, Any]:
+    """Run keys of every run of a sweep: study, preset, the absolute results folder, the given knobs, ``--set``.
 
     ``knobs`` maps run keys to command-line values; those left out (None) keep the preset's value.
+    ``sets`` are ``--set`` pairs; a key also given by a flag, twice, or owned by the sweep is refused
+    (ConfigError). Unknown keys are refused later by the run-config check, with the nearest valid key.
     """
-    return {"study": study, "preset": preset, "results-dir": str(Path(results_dir).resolve()),
-            **{k: v for k, v in knobs.items() if v is not None}}
+    from flower_apps.config import ConfigError
+
+    out = Overrides({"study": study, "preset": preset, "results-dir": str(Path(results_dir).resolve()),
+                     **{k: v for k, v in knobs.items() if v is not None}})
+    given: set[str] = set()
+    for key, value in sets:
+        if key in SWEEP_OWNED:
+            raise ConfigError(f"--set {key}: the sweep sets '{key}' itself (use its own flag)")
+        if key in given or key in out:
+            raise ConfigError(f"--set {key}: given twice (by --set or by a flag of the sweep)")
+        given.add(key)
+        out[key] = value
+    out.sets = frozenset(given)
+    return out
 
 
 def run_keys(overrides: dict[str, Any], run: dict[str, Any]) -> dict[str, Any]:
     """One run's flat, checked run config: defaults < the study's preset < the sweep's knobs < the run's keys.
 
     The preset wins over defaults but not over a knob the sweep sets, even one equal to its default.
+    A key the user gave with ``--set`` that the grid varies run by run is refused (ConfigError): the
+    run's value would silently win.
     """
-    from flower_apps.config import RUN_CONFIG_DEFAULTS, resolve
+    from flower_apps.config import RUN_CONFIG_DEFAULTS, ConfigError, resolve
     from flower_apps.studies import STUDIES
+
+    clash = sorted(getattr(overrides, "sets", frozenset()) & set(run))
+    if clash:
+        raise ConfigError(f"--set {clash[0]}: this grid sets '{clash[0]}' run by run; use the sweep's own flag for it")
 
     _, flat = resolve({**RUN_CONFIG_DEFAULTS, **overrides, **run}, STUDIES, given={*overrides, *run})
     return flat
@@ -92,6 +142,36 @@ def run_pending(pending: list[Any], server_main: Callable[[Grid, Any], dict], is
     print(f"sweep finished in {time.perf_counter() - t0:.0f}s", flush=True)
 
 
+def unique_runs(study: str, configs: Sequence[Any]) -> list[Any]:
+    """``configs`` without exact repeats; refuses (ConfigError) two configs that would share a run folder.
+
+    A run folder is named by the run name, which does not spell out every key: two different configs
+    with one name would overwrite each other. Checked before any run starts.
+    """
+    from flower_apps.common.results import run_folder, run_hash
+    from flower_apps.config import ConfigError
+
+    out, seen = [], {}
+    for cfg in configs:
+        folder, rid = run_folder(study, cfg), run_hash(cfg)
+        if folder in seen:
+            if seen[folder] != rid:
+                raise ConfigError(f"two runs of this sweep share the run folder {folder} with different configs "
+                                  f"(config_hash {seen[folder]} and {rid}): a key outside the run name differs")
+            continue
+        seen[folder] = rid
+        out.append(cfg)
+    return out
+
+
+def check_run_folders(study: str, configs: Sequence[Any]) -> None:
+    """Refuse (ConfigError), before any run starts, a config whose folder holds another config's finished run."""
+    from flower_apps.common.results import check_run_folder, run_folder
+
+    for cfg in configs:
+        check_run_folder(run_folder(study, cfg), cfg)
+
+
 def pending_runs(study: str, grid: str, configs: Sequence[Any], is_complete: Callable[[Any], bool],
                  noun: str = "runs") -> list[Any]:
     """The items not finished yet (resume), after one line saying how many are done and to run."""
@@ -115,7 +195,9 @@ def sweep_main(study: str, grid: str, build: Callable[[], list[Any]], is_complet
     from flower_apps.config import ConfigError
 
     try:
-        configs = build()
+        configs = unique_runs(study, build())
+        if not report_only and not list_only:
+            check_run_folders(study, configs)
     except (ConfigError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

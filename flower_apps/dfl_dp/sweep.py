@@ -83,7 +83,7 @@ def build_configs(args: argparse.Namespace) -> list[DflDpConfig]:
         "noise-seed-file": args.noise_seed_file,
         "num-clients": args.clients, "num-rounds": args.rounds or grid.rounds, "data-fraction": args.data_fraction,
         "dataset": args.dataset, "clients-per-message": args.clients_per_message, "data-dir": args.data_dir,
-        "device": args.device})
+        "device": args.device}, args.set)
     clip_norms = tuple(args.clip_norms or grid.clip_norms)
     eps_cals = tuple(args.eps_cal or grid.eps_cals)
     conditions = [{"dp": False}] + [{"dp": True, "clip-norm": c, "eps-cal": e} for c in clip_norms for e in eps_cals]

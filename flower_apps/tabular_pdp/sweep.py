@@ -59,7 +59,7 @@ def build_configs(args: argparse.Namespace) -> list[TabularPdpConfig]:
         "noise-seed-file": args.noise_seed_file,
         "local-epochs": args.epochs, "num-rounds": args.rounds, "dataset": args.dataset, "data-dir": args.data_dir,
         "data-fraction": args.data_fraction, "device": args.device, "tab-clip-norm": args.clip_norm,
-        "tab-noise-multiplier": args.noise_multiplier})
+        "tab-noise-multiplier": args.noise_multiplier}, args.set)
     if args.clip_norm is not None:
         overrides["tab-clip-mode"] = "fixed"
     seeds = range(args.seed0, args.seed0 + (grid.seeds if args.seeds is None else args.seeds))

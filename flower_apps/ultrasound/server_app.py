@@ -23,7 +23,7 @@ import torch
 from flwr.app import ArrayRecord, ConfigRecord, MetricRecord
 from flwr.serverapp import Grid
 
-from flower_apps.common.results import open_run_folder, atomic_write_json, atomic_write_jsonl, config_hash, is_finished, run_folder
+from flower_apps.common.results import open_run_folder, atomic_write_json, atomic_write_jsonl, is_finished, run_folder, run_hash
 from flower_apps.common.torch_utils import pick_device, record_to_state, save_state_dict, state_to_record
 from flower_apps.ultrasound import audit
 from flower_apps.ultrasound.config import ACTION, UltrasoundConfig
@@ -49,7 +49,7 @@ def run_dir(cfg: UltrasoundConfig) -> Path:
 
 def is_complete(cfg: UltrasoundConfig) -> bool:
     """True when this exact config already has a summary (sweeps resume)."""
-    return is_finished(run_dir(cfg), config_hash(cfg.effective()))
+    return is_finished(run_dir(cfg), run_hash(cfg))
 
 
 def communication(num_params: int, payload_bytes: int, num_clients: int, num_rounds: int) -> dict:
@@ -100,7 +100,7 @@ def server_main(grid: Grid, cfg: UltrasoundConfig) -> dict:
     validate_data(cfg)  # unusable data fails here, in seconds: no run folder, no message sent
     audit_view = audit.audit_grid(grid, cfg)  # us-audit-canaries > 0 only; refuses what it cannot observe
     out = open_run_folder(run_dir(cfg), cfg)
-    (out / "summary.json").unlink(missing_ok=True)  # a stale summary (other config) must not count as done
+    (out / "summary.json").unlink(missing_ok=True)  # this config's old summary, if any: rewritten at the end
     # Deployment: the SuperNodes say which clients they hold; the coordinator keeps only test/ and val/.
     data, grid, deployment = _node_local(grid, cfg) if cfg.node_local_data else (build_data(data_key(cfg)), grid, {})
     device = pick_device(cfg.device)
@@ -121,7 +121,7 @@ def server_main(grid: Grid, cfg: UltrasoundConfig) -> dict:
         res = _local_only(grid, cfg, initial, data)
     rounds, per_client, final, ledgers, timing = res
     summary = {
-        "config_hash": config_hash(cfg.effective()), "run": out.name, "method": cfg.method, "mode": cfg.mode,
+        "config_hash": run_hash(cfg), "run": out.name, "method": cfg.method, "mode": cfg.mode,
         "algorithm": cfg.algorithm if cfg.mode == "federated" else None, "arch": cfg.arch,
         "paper_name": info["paper_name"], "weights": info["weights"], "pretrained_loaded": info["pretrained_loaded"],
         "dp_model_changes": len(info["dp_model_changes"]), "dp_finetune": info["dp_finetune"],

@@ -19,7 +19,8 @@ import argparse
 from dataclasses import dataclass
 from pathlib import Path
 
-from flower_apps.common.sweep import add_data_args, run_keys, run_pending, sweep_main, sweep_overrides, sweep_parser
+from flower_apps.common.sweep import (add_data_args, parse_set, run_keys, run_pending, sweep_main, sweep_overrides,
+                                      sweep_parser, unique_runs)
 from flower_apps.config import ConfigError
 from flower_apps.studies import STUDIES
 from flower_apps.ultrasound import audit
@@ -75,12 +76,29 @@ def _method_keys(method: str) -> dict:
     return {"us-mode": method}
 
 
+def dp_run_keys(args: argparse.Namespace) -> dict:
+    """``--dp-set`` pairs as run keys of the DP-SGD runs only (e.g. the DP fine-tuning recipe)."""
+    pairs = getattr(args, "dp_set", None) or []
+    keys = dict(pairs)
+    if len(keys) < len(pairs):
+        raise ConfigError("--dp-set: a key is given twice")
+    clash = sorted(keys.keys() & {k for k, _ in getattr(args, "set", None) or []})
+    if clash:
+        raise ConfigError(f"--dp-set {clash[0]}: also given by --set; give it once")
+    owned = sorted(keys.keys() & {"us-dp-sgd", "us-max-grad-norm", "us-noise-multiplier", "seed", "us-task",
+                                  "us-partition", "us-arch", "us-mode", "us-algorithm"})
+    if owned:
+        raise ConfigError(f"--dp-set {owned[0]}: the grid sets this key run by run (DP point: --ablation-c/-z)")
+    return keys
+
+
 def run_specs(grid: Grid, args: argparse.Namespace) -> list[dict]:
     """Every run of the grid as overrides (seed-major, No-DP before DP)."""
     tasks = args.tasks or grid.tasks
     parts = args.partitions or grid.partitions
     archs = args.archs or grid.archs
     methods = args.methods or grid.methods
+    dp_keys = dp_run_keys(args)
     specs: list[dict] = []
     seeds = range(args.seed0, args.seed0 + (args.seeds or grid.seeds))
     for seed in seeds:
@@ -92,7 +110,7 @@ def run_specs(grid: Grid, args: argparse.Namespace) -> list[dict]:
                     if not args.no_dp and task in grid.dp_tasks:
                         c, z = grid.dp_point
                         specs += [{**base, **_method_keys(m), "us-dp-sgd": True, "us-max-grad-norm": c,
-                                   "us-noise-multiplier": z} for m in grid.dp_methods if m in methods]
+                                   "us-noise-multiplier": z, **dp_keys} for m in grid.dp_methods if m in methods]
             # Table 15's C x z ablation: on the first DP task only (normal vs abnormal), as in the paper
             if not args.no_ablation and task == grid.dp_tasks[0] and "fedavg" in methods:
                 arch = grid.ablation_arch if not args.archs else args.archs[0]
@@ -101,7 +119,7 @@ def run_specs(grid: Grid, args: argparse.Namespace) -> list[dict]:
                     for z in args.ablation_z or grid.ablation_z:
                         specs.append({"seed": seed, "us-task": task, "us-partition": part, "us-arch": arch,
                                       **_method_keys("fedavg"), "us-dp-sgd": True, "us-max-grad-norm": c,
-                                      "us-noise-multiplier": z})
+                                      "us-noise-multiplier": z, **dp_keys})
     return specs
 
 
@@ -112,19 +130,17 @@ def build_configs(args: argparse.Namespace) -> list[UltrasoundConfig]:
         "noise-seed-file": args.noise_seed_file,
         "num-rounds": args.rounds, "local-epochs": args.local_epochs, "us-image-size": args.image_size,
         "dataset": args.dataset, "data-dir": args.data_dir, "device": args.device,
-        "us-grad-sample-mode": args.grad_sample_mode, "data-fraction": args.data_fraction})
+        "us-grad-sample-mode": args.grad_sample_mode, "data-fraction": args.data_fraction}, args.set)
     spec = STUDIES["ultrasound"]
-    configs, seen = [], set()
+    configs = []
     for run in run_specs(grid, args):
         cfg = spec.build_config(run_keys(knobs, run))
         if args.audit and cfg.mode == "federated":  # --audit only sets the run keys (flower_apps/ultrasound/audit.py)
             cfg = spec.build_config(run_keys(knobs, {**run, "us-audit-canaries": args.audit,
                                                      "us-audit-canary": args.audit_canary}))
             audit.check_auditable(cfg, audit.AuditRequest.of(cfg))  # refused here, before the simulation starts
-        if cfg.default_run_name not in seen:
-            seen.add(cfg.default_run_name)
-            configs.append(cfg)
-    return configs
+        configs.append(cfg)
+    return unique_runs("ultrasound", configs)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -138,6 +154,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--no-ablation", action="store_true", help="skip the C x z ablation")
     p.add_argument("--ablation-c", type=float, nargs="+", help="clip norms of the ablation (default: the grid's)")
     p.add_argument("--ablation-z", type=float, nargs="+", help="noise multipliers of the ablation")
+    p.add_argument("--dp-set", action="append", default=[], type=parse_set, metavar="KEY=VALUE", dest="dp_set",
+                   help="a run key for the DP-SGD runs only (repeatable), e.g. the DP fine-tuning recipe "
+                        "--dp-set us-dp-finetune=frozen-bn-head --dp-set us-head-init=zero --dp-set lr=0.01")
     p.add_argument("--rounds", type=int)
     p.add_argument("--local-epochs", type=int)
     p.add_argument("--image-size", type=int)

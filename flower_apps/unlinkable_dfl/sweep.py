@@ -132,9 +132,9 @@ def learning_outbox(scale: str) -> int:
 
 
 def build_configs(runs: list[dict], scale: str, seeds: range, results_dir: str,
-                  data: dict | None = None) -> list[UdflConfig]:
-    """Validated configs: defaults < the scale's preset < the sweep's data knobs < the experiment's knobs."""
-    overrides = sweep_overrides(STUDY, scale, results_dir, data or {})
+                  data: dict | None = None, sets: list[tuple[str, object]] = ()) -> list[UdflConfig]:
+    """Validated configs: defaults < the scale's preset < the sweep's data knobs and ``--set`` < the experiment's knobs."""
+    overrides = sweep_overrides(STUDY, scale, results_dir, data or {}, sets)
     return [build_config(run_keys(overrides, {**run, "seed": seed})) for seed in seeds for run in runs]
 
 
@@ -223,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
                             label=label)
 
     # Two phases: the network-only measurements (``before``), then the learning runs through Flower.
-    return sweep_main(STUDY, label, lambda: build_configs(p.runs, args.scale, seeds, results_dir, data), is_complete,
+    return sweep_main(STUDY, label, lambda: build_configs(p.runs, args.scale, seeds, results_dir, data, args.set), is_complete,
                       lambda pending: run_learning(pending, args.num_cpus), report, Path(results_dir) / STUDY / label,
                       report_only=args.report_only,
                       before=(lambda configs: run_traffic_specs(specs, results_dir, label)) if specs else None)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from types import SimpleNamespace
 
 import pytest
@@ -55,6 +56,16 @@ def test_pending_runs_names_what_it_counts(capsys):
     assert "u sweep 'linking-reduced': 2 transport measurements, 1 already done, 1 to run" in capsys.readouterr().out
 
 
+@dataclass(frozen=True)
+class _Run:
+    """The fields a sweep reads of a study config: its run name and where its folder goes."""
+
+    default_run_name: str
+    results_dir: str = "res"
+    run_name: str = ""
+    lr: float = 0.01
+
+
 def _sweep(tmp_path, build, **kw):
     from flower_apps.common.sweep import sweep_main
 
@@ -66,7 +77,7 @@ def _sweep(tmp_path, build, **kw):
 
 
 def test_sweep_main_runs_the_pending_then_reports(tmp_path, capsys):
-    runs = [SimpleNamespace(default_run_name=n) for n in ("done", "todo")]
+    runs = [_Run(n, str(tmp_path)) for n in ("done", "todo")]
     code, calls = _sweep(tmp_path, lambda: runs)
     assert code == 0 and calls == [("run", ["todo"]), ("report", 2)]
     out = capsys.readouterr().out
@@ -74,7 +85,7 @@ def test_sweep_main_runs_the_pending_then_reports(tmp_path, capsys):
 
 
 def test_sweep_main_calls_before_first_and_skips_all_work_when_report_only(tmp_path):
-    runs = [SimpleNamespace(default_run_name="todo")]
+    runs = [_Run("todo", str(tmp_path))]
     seen: list = []
     code, calls = _sweep(tmp_path, lambda: runs, before=lambda configs: seen.append(len(configs)))
     assert code == 0 and seen == [1] and calls == [("run", ["todo"]), ("report", 1)]
@@ -90,7 +101,7 @@ def test_sweep_main_refuses_a_bad_grid_with_exit_status_2_and_lists(tmp_path, ca
 
     assert _sweep(tmp_path, bad) == (2, [])
     assert capsys.readouterr().err.strip() == "error: num-clients must be >= 1, got 0"
-    runs = [SimpleNamespace(default_run_name=n) for n in ("a", "b")]
+    runs = [_Run(n, str(tmp_path)) for n in ("a", "b")]
     assert _sweep(tmp_path, lambda: runs, list_only=True) == (0, [])
     assert capsys.readouterr().out == "a\nb\n"
 
@@ -120,3 +131,87 @@ def test_sweep_parser_has_the_shared_flags():
     assert (args.results_dir, args.seeds, args.seed0, args.num_cpus, args.report_only) == ("results", 1, 0, 1, True)
     assert (args.dataset, args.data_fraction, args.data_dir, args.device) == ("b", 0.5, None, None)
     assert p.prog == "python -m flower_apps.x.sweep" and p.description == "Run x."
+
+
+def test_set_values_are_read_as_in_flwr_run_config():
+    import argparse
+
+    from flower_apps.common.sweep import parse_set
+
+    assert parse_set("lr=0.01") == ("lr", 0.01)
+    assert parse_set("num-rounds=10") == ("num-rounds", 10)
+    assert parse_set("us-dp-sgd=true") == ("us-dp-sgd", True)
+    assert parse_set("us-head-init='zero'") == ("us-head-init", "zero")
+    assert parse_set("us-head-init=zero") == ("us-head-init", "zero")  # a bare word is a string
+    assert parse_set(" run-name = a b ") == ("run-name", "a b")
+    for bad in ("lr", "=1", "lr="):
+        with pytest.raises(argparse.ArgumentTypeError, match="KEY=VALUE"):
+            parse_set(bad)
+
+
+def test_set_reaches_every_run_and_wins_over_the_preset():
+    from flower_apps.common.sweep import run_keys, sweep_overrides
+    from flower_apps.ultrasound.config import PRESETS
+
+    assert PRESETS["cpu"]["lr"] != 0.01  # the preset sets another lr, else this proves nothing
+    over = sweep_overrides("ultrasound", "cpu", "res", {"num-rounds": 2}, [("lr", 0.01), ("us-head-init", "zero")])
+    for seed in (0, 1):
+        flat = run_keys(over, {"seed": seed})
+        assert (flat["lr"], flat["us-head-init"], flat["num-rounds"], flat["seed"]) == (0.01, "zero", 2, seed)
+
+
+@pytest.mark.parametrize("sets, message", [
+    ([("num-rounds", 3)], "--set num-rounds: given twice"),      # also set by the sweep's own flag
+    ([("lr", 0.1), ("lr", 0.2)], "--set lr: given twice"),
+    ([("results-dir", "x")], "--set results-dir: the sweep sets 'results-dir' itself"),
+    ([("preset", "paper")], "--set preset: the sweep sets 'preset' itself"),
+])
+def test_set_refuses_a_key_given_twice_or_owned_by_the_sweep(sets, message):
+    from flower_apps.common.sweep import sweep_overrides
+    from flower_apps.config import ConfigError
+
+    with pytest.raises(ConfigError, match=message):
+        sweep_overrides("ultrasound", "cpu", "res", {"num-rounds": 2}, sets)
+
+
+def test_set_of_a_key_the_grid_sweeps_is_refused_not_silently_lost():
+    from flower_apps.common.sweep import run_keys, sweep_overrides
+    from flower_apps.config import ConfigError
+
+    over = sweep_overrides("dfl-dp", "smoke", "res", {}, [("seed", 7)])
+    with pytest.raises(ConfigError, match="this grid sets 'seed' run by run"):
+        run_keys(over, {"seed": 0})
+
+
+def test_two_configs_sharing_a_run_folder_are_refused_before_any_run(tmp_path, capsys):
+    from flower_apps.common.sweep import unique_runs
+    from flower_apps.config import ConfigError
+
+    a, a_again, b = _Run("a", str(tmp_path)), _Run("a", str(tmp_path)), _Run("b", str(tmp_path))
+    assert unique_runs("s", [a, b, a_again]) == [a, b]  # the same config twice runs once
+    other_lr = _Run("a", str(tmp_path), lr=0.1)  # same run name, another config
+    with pytest.raises(ConfigError, match="share the run folder .*/s/runs/a with different configs"):
+        unique_runs("s", [a, other_lr])
+    code, calls = _sweep(tmp_path, lambda: [a, other_lr])
+    assert (code, calls) == (2, [])
+    assert "share the run folder" in capsys.readouterr().err
+
+
+def test_a_finished_run_of_another_config_is_never_overwritten(tmp_path, capsys):
+    from flower_apps.common.results import atomic_write_json, open_run_folder, run_folder, run_hash
+    from flower_apps.config import ConfigError
+
+    old, new = _Run("a", str(tmp_path), lr=0.01), _Run("a", str(tmp_path), lr=0.1)
+    folder = run_folder("s", old)
+    open_run_folder(folder, old)
+    atomic_write_json(folder / "summary.json", {"config_hash": run_hash(old), "acc": 0.9})
+    open_run_folder(folder, old)  # the same config again: allowed (it rewrites its own results)
+    with pytest.raises(ConfigError, match=f"holds a finished run of another config \\(config_hash {run_hash(old)}"):
+        open_run_folder(folder, new)
+    assert (folder / "summary.json").read_text().count("0.9") == 1  # untouched
+    # a sweep says so before its simulation starts (exit status 2, nothing run)
+    code, calls = _sweep(tmp_path, lambda: [new])
+    assert (code, calls) == (2, []) and "holds a finished run of another config" in capsys.readouterr().err
+    # an unfinished folder (crashed run, no summary) is simply reused
+    (folder / "summary.json").unlink()
+    open_run_folder(folder, new)

@@ -48,3 +48,32 @@ def test_cli_rejects_bad_knobs(capsys):
     assert "us-arch" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         parse_args(["--grid", "nope"])
+
+
+def test_dp_set_changes_the_dp_runs_only_and_set_every_run():
+    base = ["--grid", "cpu", "--tasks", "normal-vs-abnormal", "--partitions", "iid", "--seeds", "1", "--no-ablation",
+            "--methods", "fedavg", "centralized", "--results-dir", "/tmp/x"]
+    plain = build_configs(parse_args(base))
+    recipe = build_configs(parse_args(base + ["--dp-set", "us-dp-finetune=frozen-bn-head", "--dp-set",
+                                              "us-head-init=zero", "--dp-set", "lr=0.01", "--set", "num-rounds=4"]))
+    assert [c.dp_sgd for c in recipe] == [c.dp_sgd for c in plain] == [False, False, True]
+    for p, r in zip(plain, recipe):
+        assert r.num_rounds == 4 and p.num_rounds == 5
+        if r.dp_sgd:
+            assert (r.dp_finetune, r.head_init, r.lr) == ("frozen-bn-head", "zero", 0.01)
+            assert r.default_run_name.endswith("_head-zero") and "frozen-bn-head" in r.default_run_name
+        else:  # the non-DP runs keep the preset's recipe, lr and run folder name (only T differs)
+            assert (r.dp_finetune, r.head_init, r.lr) == (p.dp_finetune, p.head_init, p.lr) == ("frozen-bn", "timm", 1e-3)
+            assert r.default_run_name == p.default_run_name.replace("_T5_", "_T4_")
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--dp-set", "us-noise-multiplier=1"], "--dp-set us-noise-multiplier: the grid sets this key"),
+    (["--dp-set", "lr=0.1", "--dp-set", "lr=0.2"], "--dp-set: a key is given twice"),
+    (["--set", "lr=0.1", "--dp-set", "lr=0.2"], "--dp-set lr: also given by --set"),
+    (["--set", "us-task=three-class"], "--set us-task: this grid sets 'us-task' run by run"),
+    (["--dp-set", "us-head-init=random"], "us-head-init"),
+])
+def test_bad_set_and_dp_set_are_refused_before_any_run(extra, message, capsys):
+    assert main(["--grid", "smoke", "--list", *extra]) == 2
+    assert message in capsys.readouterr().err
