@@ -200,9 +200,13 @@ def transport_key(*, mixnet: bool, num_nodes: int, topology: str, degree: int, m
     return (True, int(num_nodes), topo, int(max_hops), int(outbox), float(mu), bool(cover), int(fragments))
 
 
+def _mixnet_label(max_hops: int, outbox: int, mu: float, cover: bool) -> str:
+    return f"mixnet K={max_hops}, O={outbox}, mu={mu:g}{'' if cover else ', no cover'}"
+
+
 def transport_label(key: tuple) -> str:
     (topology, degree), n, frags = key[2], key[1], key[-1]
-    net = f"mixnet K={key[3]}, O={key[4]}, mu={key[5]:g}{'' if key[6] else ', no cover'}" if key[0] else "mixnet off"
+    net = _mixnet_label(*key[3:7]) if key[0] else "mixnet off"
     graph = "full mesh" if topology == "full-mesh" else f"{topology} d={degree}"
     return f"{net}; N={n}, {graph}, {frags} fragments/peer"
 
@@ -239,8 +243,8 @@ def collect_unlinkable_dfl(study_dir: Path) -> list[dict]:
         if key is not None:
             cond = f"{transport_label(key)} | {_learning_label(s)}"
         else:
-            net = (f"mixnet K={s['max_hops']}, O={s['outbox']}, mu={s['mu']:g}" if s["transport"] == "mixnet"
-                   else s["transport"])
+            net = (_mixnet_label(s["max_hops"], s["outbox"], s["mu"], s.get("cover", True))
+                   if s["transport"] == "mixnet" else s["transport"])
             cond = f"learning only: {net}, {s.get('mode', '')}, N={s['num_nodes']}"
             if "dataset" in s:
                 cond += f" | {_learning_label(s)}"

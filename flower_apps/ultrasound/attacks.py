@@ -215,7 +215,7 @@ def model_factory(cfg, num_classes: int) -> Callable[..., nn.Module]:
             return model_skeleton(cfg.arch, num_classes, cfg.image_size, cfg.dp_sgd, finetune)
         return create_model(cfg.arch, num_classes, cfg.image_size, dp=cfg.dp_sgd, pretrained=cfg.pretrained,
                             weights_dir=cfg.weights_dir, seed=seed, dp_finetune=finetune,
-                            head_init=getattr(cfg, "head_init", "timm"))[0]
+                            head_init=cfg.head_init)[0]
     return make
 
 
