@@ -125,7 +125,7 @@ def collect_dfl_dp(study_dir: Path) -> list[dict]:
         cond = "No-DP" if not s["dp"] else f"C={s['clip_norm']:g}, eps_cal={s['eps_cal']:g}"
         rec = {"condition": f"{s['framework']}: {cond}", "seed": s["seed"], "utility": 100 * s["final_acc"],
                "eps": acc.get("eps_total") if s["dp"] else math.inf, "delta": acc.get("delta_total"),
-               "audited_eps": audited_epsilon(run)}
+               "audited_eps": audited_epsilon(run), "_config": _json(run / "config.json")}
         if is_audited_run(run, s):
             out.append(_audited(rec))
             continue
@@ -151,7 +151,8 @@ def collect_tabular_pdp(study_dir: Path) -> list[dict]:
         for setting, v in (s.get("settings") or {}).items():
             rec = {"condition": f"{setting} ({anon})", "seed": s["seed"], "utility": v["final_mae"],
                    "eps": v.get("eps_rdp_max") if setting != "vanilla" else math.inf,
-                   "delta": v.get("delta"), "audited_eps": audited_epsilon(run, setting)}
+                   "delta": v.get("delta"), "audited_eps": audited_epsilon(run, setting),
+                   "_config": _json(run / "config.json")}
             if tabular_setting_audited(setting, v, audited):
                 out.append(_audited(rec))
                 continue
@@ -179,7 +180,7 @@ def collect_ultrasound(study_dir: Path) -> list[dict]:
         dp = f"DP-SGD C={s['max_grad_norm']:g} z={s['noise_multiplier']:g}" if s.get("dp_sgd") else "No-DP"
         rec = {"condition": f"{s['method']} {s['arch']} {s['task']} {s['partition']}: {dp}", "seed": s["seed"],
                "utility": 100 * s["test_accuracy"], "eps": acc.get("eps_rdp_max") if s.get("dp_sgd") else math.inf,
-               "delta": acc.get("delta"), "audited_eps": audited_epsilon(run)}
+               "delta": acc.get("delta"), "audited_eps": audited_epsilon(run), "_config": _json(run / "config.json")}
         if is_audited_run(run, s):
             out.append(_audited(rec))
             continue
@@ -309,10 +310,45 @@ def _absent(records: list[dict]) -> str:
     return next((r["attack_skipped"] for r in records if r.get("attack_skipped")), NOT_RUN)
 
 
+# Config fields that do not make another condition: the seed (grouped over), where results go, and
+# transport or implementation settings with the same mathematics.
+NOT_CONDITION = frozenset({
+    "seed", "results_dir", "run_name", "device", "round_timeout", "noise_seed_file", "grad_sample_mode",
+    "capture_victims", "clients_per_message", "num_supernodes", "audit_canaries", "audit_canary", "data_part",
+    "node_local_data", "eval_data_path"})
+
+
+def split_mixed_conditions(records: list[dict]) -> list[dict]:
+    """Records whose condition label covers runs of different configs get the differing keys appended.
+
+    A collector's label names the condition as the study's tables do (framework and DP point, say),
+    not every key: runs of two grids, or a sweep rerun with ``--set lr=...``, in one results folder
+    would otherwise be averaged as if they were seeds of one condition. Records keep their label when
+    all runs under it share one config (up to :data:`NOT_CONDITION`); otherwise each gets
+    `` [key=value, ...]`` of the keys that differ within its label. Records without a config are kept.
+    """
+    def variant(r: dict) -> tuple:
+        cfg = r.get("_config") or {}
+        return tuple(sorted((k, repr(v)) for k, v in cfg.items() if k not in NOT_CONDITION))
+
+    out = [{k: v for k, v in r.items() if k != "_config"} for r in records]
+    for cond, idx in group_by(range(len(records)), lambda i: records[i]["condition"]).items():
+        variants = {variant(records[i]) for i in idx if records[i].get("_config")}
+        if len(variants) < 2:
+            continue
+        keys = sorted({k for v in variants for k, _ in v if len({dict(w).get(k) for w in variants}) > 1})
+        for i in idx:
+            cfg = records[i].get("_config")
+            if cfg:
+                out[i]["condition"] = f"{cond} [" + ", ".join(f"{k}={cfg.get(k)}" for k in keys) + "]"
+    return out
+
+
 def build_card(study: str, records: list[dict]) -> list[dict]:
     """One row per condition; columns depend on what the study measures."""
     if study not in COLLECTORS:
         raise ValueError(f"study must be one of {list(COLLECTORS)}, got {study!r}")
+    records = split_mixed_conditions(records)
     rows = []
     for cond, recs in group_by(records, lambda r: r["condition"]).items():
         util = [r["utility"] for r in recs if r.get("utility") is not None]

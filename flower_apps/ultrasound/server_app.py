@@ -124,7 +124,7 @@ def server_main(grid: Grid, cfg: UltrasoundConfig) -> dict:
         "config_hash": run_hash(cfg), "run": out.name, "method": cfg.method, "mode": cfg.mode,
         "algorithm": cfg.algorithm if cfg.mode == "federated" else None, "arch": cfg.arch,
         "paper_name": info["paper_name"], "weights": info["weights"], "pretrained_loaded": info["pretrained_loaded"],
-        "dp_model_changes": len(info["dp_model_changes"]), "dp_finetune": info["dp_finetune"],
+        "dp_model_changes": len(info["dp_model_changes"]), "dp_finetune": info["dp_finetune"], "head_init": cfg.head_init,
         "num_trainable": info["num_trainable"], "task": cfg.task, "class_names": list(data.class_names),
         "partition": cfg.partition, "dataset": data.name, "synthetic": data.synthetic, "data_notes": data.notes,
         "image_size": cfg.image_size, "num_clients": cfg.num_clients, "num_rounds": cfg.num_rounds,

@@ -215,3 +215,25 @@ def test_unlinkable_card_joins_learning_and_linking_per_mixnet_configuration(tmp
                   "fedavg, alpha 10"]  # a configuration nobody measured: its linking cell says so
     assert floats["linking advantage"] == NOT_RUN and floats["test accuracy (%)"].startswith("82.00")
     assert len(rows) == 5
+
+
+def test_runs_of_different_configs_under_one_label_are_not_averaged_as_seeds(tmp_path):
+    from flower_apps.common.report_card import collect_dfl_dp, split_mixed_conditions
+
+    def run(name, seed, acc, **cfg):
+        folder = tmp_path / "dfl-dp" / "runs" / name
+        _put(folder / "summary.json", {"framework": "fl", "dp": False, "seed": seed, "final_acc": acc})
+        _put(folder / "config.json", {"framework": "fl", "dp": False, "seed": seed, "num_rounds": 20,
+                                      "results_dir": str(tmp_path), "device": "cpu", **cfg})
+
+    run("a_s0", 0, 0.90)
+    run("a_s1", 1, 0.92, device="cuda")  # another seed and device: the same condition
+    rows = build_card("dfl-dp", collect_dfl_dp(tmp_path / "dfl-dp"))
+    assert [(r["condition"], r["seeds"]) for r in rows] == [("fl: No-DP", 2)]
+    run("b_s0", 0, 0.60, num_rounds=100, lr=0.1)  # another grid in the same results dir
+    rows = build_card("dfl-dp", collect_dfl_dp(tmp_path / "dfl-dp"))
+    assert sorted((r["condition"], r["seeds"]) for r in rows) == [
+        ("fl: No-DP [lr=0.1, num_rounds=100]", 1), ("fl: No-DP [lr=None, num_rounds=20]", 2)]
+    # records without a config (older folders) keep their label; the helper drops its private field
+    recs = split_mixed_conditions([{"condition": "x", "seed": 0, "_config": None}, {"condition": "x", "seed": 1}])
+    assert recs == [{"condition": "x", "seed": 0}, {"condition": "x", "seed": 1}]
