@@ -101,6 +101,13 @@ def dpsgd_overhead() -> list[dict]:
     return fn(quick=True) if fn else [skipped_row("dpsgd-overhead", why)]
 
 
+@BENCHMARKS.decorator("channels-last")
+def channels_last() -> list[dict]:
+    """Ultrasound non-DP local training in channels-last layout over the default layout (Lite0, 160 px)."""
+    fn, why = _harness("ultrasound_channels_last")
+    return fn(quick=True) if fn else [skipped_row("channels-last", why)]
+
+
 @BENCHMARKS.decorator("mixnet-round")
 def mixnet_round() -> list[dict]:
     """Wall seconds per simulated mixnet round, N = 32, K = 2, O = 100, mu = 0.1, cover (target <= 4 s, on the value)."""

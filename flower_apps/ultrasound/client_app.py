@@ -68,7 +68,8 @@ def train(msg: Message, context: Context) -> Message:
     loss_received = audit.canary_losses(model, canaries, device) if canaries is not None else None
     stats = train_local(model, x, y, epochs=cfg.local_epochs, batch_size=cfg.batch_size, lr_for_epoch=lambda e: lr,
                         device=device, seed=client_seed(cfg.seed, server_round, cid), proximal_mu=mu,
-                        dp=dp_settings(cfg, context), owners=owners, profiles=data.profiles)
+                        dp=dp_settings(cfg, context), owners=owners, profiles=data.profiles,
+                        channels_last=cfg.channels_last)
     metrics = MetricRecord({
         "num-examples": int(len(y)), "client-id": cid, "client-ids": [cid], "train-loss": stats.loss,
         "steps": stats.steps,
@@ -94,7 +95,7 @@ def _local_only(msg, cfg, cid, model, x, y, owners, data, device, t0, context) -
     stats = train_local(model, x, y, epochs=cfg.num_rounds * e_per_round, batch_size=cfg.batch_size,
                         lr_for_epoch=lambda e: lr_at_round(cfg.lr, -(-e // e_per_round), cfg.num_rounds),
                         device=device, seed=client_seed(cfg.seed, 0, cid), dp=dp_settings(cfg, context), owners=owners,
-                        profiles=data.profiles, on_epoch_end=on_epoch_end)
+                        profiles=data.profiles, on_epoch_end=on_epoch_end, channels_last=cfg.channels_last)
     test = evaluate(model, data.x["test"], data.y["test"], device)
     xv, yv = data.client_val_data(cid)
     val = evaluate(model, xv, yv, device) if len(yv) else {}

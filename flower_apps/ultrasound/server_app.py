@@ -260,7 +260,7 @@ def _centralized(cfg: UltrasoundConfig, model, data: UltrasoundData, device):
                             batch_size=cfg.batch_size, lr_for_epoch=lambda ep: lr_at_round(cfg.lr, -(-ep // e),
                                                                                             cfg.num_rounds),
                             device=device, seed=client_seed(cfg.seed, 0, 10**6), dp=dp, owners=data.train_owners(),
-                            profiles=data.profiles, on_epoch_end=on_epoch_end)
+                            profiles=data.profiles, on_epoch_end=on_epoch_end, channels_last=cfg.channels_last)
     finally:
         torch.set_num_threads(threads)
     final = evaluate(model, data.x["test"], data.y["test"], device)

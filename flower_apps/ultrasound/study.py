@@ -53,6 +53,11 @@ KEYS = KeyTable(STUDY, (
             "trained: a DP linear probe) or groupnorm (BN -> GroupNorm)"),
     Key("us-grad-sample-mode", "ghost", str, choices=GRAD_SAMPLE_MODES, field="grad_sample_mode",
         doc="per-sample gradient implementation (ghost clipping: fastest on CPU, least memory)"),
+    Key("us-channels-last", False, bool, field="channels_last",
+        doc="train in channels-last memory layout (same mathematics, other summation order: 1.3-1.6x faster "
+            "on CPUs with oneDNN, e.g. EfficientNet-Lite0 at 160 px; not part of the run's identity); non-DP "
+            "training only: DP-SGD keeps the default layout (Opacus' per-sample conv gradients are wrong in "
+            "channels-last)"),
     Key("us-pretrained", True, bool, field="pretrained", doc="start from ImageNet weights when available"),
     Key("us-head-init", "timm", str, choices=HEAD_INITS, field="head_init",
         doc="the new classifier head: timm's initialisation, or zero (the usual start for a linear probe and "

@@ -28,7 +28,8 @@ FIELD_CHANGES = {
     # issue 16: DP fine-tuning keeps pretrained BatchNorm frozen by default (was: GroupNorm swap)
     "ultrasound": ({}, {"round_timeout": 3600.0, "dp_finetune": "frozen-bn", **_AUDIT_AND_NODE_DATA,
                         "audit_canary": "random-pixels", "eval_data_path": "",
-                        "head_init": "timm"}),  # issue 16: optional zero-initialised head
+                        "head_init": "timm",  # issue 16: optional zero-initialised head
+                        "channels_last": False}),  # issue 16: memory layout (speed only, not in the run hash)
     # udfl-round-timeout is virtual time; round_timeout is the common wall-clock wait
     "unlinkable-dfl": ({"round_timeout": "virtual_round_timeout"},
                        {"round_timeout": 3600.0, "node_local_data": False, "eval_data_path": ""}),
@@ -38,7 +39,8 @@ FIELD_CHANGES = {
 # preset -> values deliberately changed (a preset redefined by an issue, not a refactor)
 PRESET_CHANGES = {
     # issue 16: the CPU preset trains the offline-pretrained EfficientNet-Lite0 at 96 px
-    "ultrasound/cpu": {"arch": "efficientnet_lite0", "num_rounds": 5, "image_size": 96, "local_epochs": 1},
+    "ultrasound/cpu": {"arch": "efficientnet_lite0", "num_rounds": 5, "image_size": 96, "local_epochs": 1,
+                       "channels_last": True},  # 1.5x faster non-DP training on CPU, same mathematics
 }
 
 

@@ -354,3 +354,40 @@ def test_vit_tokens_move_to_a_leaf_and_per_sample_gradients_match():
     nn.functional.cross_entropy(gsm(x), y, reduction="sum").backward()
     for n, p in gsm._module.named_parameters():
         torch.testing.assert_close(p.grad_sample, torch.stack([r[n] for r in ref]), rtol=1e-3, atol=1e-5)
+
+
+@pytest.mark.parametrize("dp", [None, "hooks", "ghost"])
+def test_channels_last_training_takes_the_same_steps(dp, tmp_path):
+    """us-channels-last changes the memory layout only: the same seed gives the same weights up to the
+    summation order, and the model comes back in the default layout (its state travels as arrays).
+    DP-SGD ignores it (bit-identical runs; a seed file gives both the same batches and noise): Opacus'
+    per-sample conv gradients are wrong for channels-last inputs, which this test catches (weights off
+    by up to 0.1) if the layout is ever applied under DP."""
+    def model():
+        torch.manual_seed(5)
+        # no conv bias before BatchNorm (as in real backbones) and no dead ReLUs: a gradient that is zero
+        # up to rounding would let Adam turn the layouts' rounding differences into full-size steps
+        return nn.Sequential(nn.Conv2d(3, 8, 3, padding=1, bias=dp is not None),
+                             nn.BatchNorm2d(8) if dp is None else nn.Identity(),
+                             nn.Tanh(), nn.Conv2d(8, 8, 3, padding=1, groups=8), nn.Conv2d(8, 8, 1),
+                             nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 3))
+
+    secret = tmp_path / "noise-seed"
+    secret.write_text("a local secret")
+    x, y = _u8(12)
+    out = {}
+    for cl in (False, True):
+        m = model()
+        settings = None if dp is None else DpSettings(1.0, 0.5, dp, noise=NoiseSource(str(secret)))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            train_local(m, x, y, epochs=2, batch_size=4, lr_for_epoch=lambda e: 0.05, device=torch.device("cpu"),
+                        seed=0, channels_last=cl, dp=settings)
+        assert all(p.is_contiguous() for p in m.parameters())
+        out[cl] = torch.cat([p.detach().flatten() for p in m.parameters()])
+    start = torch.cat([p.detach().flatten() for p in model().parameters()])
+    assert not torch.allclose(out[False], start)
+    if dp is None:
+        torch.testing.assert_close(out[True], out[False], rtol=1e-4, atol=1e-5)
+    else:
+        assert torch.equal(out[True], out[False])
