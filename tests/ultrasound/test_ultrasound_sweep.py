@@ -24,9 +24,11 @@ def test_cpu_grid_size_and_knobs():
     cfgs = build_configs(args)
     # per seed: 5 methods + 3 DP runs (FedAvg, FedProx, FedAdam at C = 1.5, z = 2)
     assert len(cfgs) == 2 * 8
-    assert all(c.num_rounds == 3 and c.image_size == 96 and c.local_epochs == 1 for c in cfgs)
+    assert all(c.num_rounds == 3 and c.image_size == 160 and c.local_epochs == 3 for c in cfgs)
     assert {c.arch for c in cfgs} == {"efficientnet_lite0"} and all(c.pretrained for c in cfgs)
-    assert {c.dp_finetune for c in cfgs if c.dp_sgd} == {"frozen-bn"}  # DP keeps the pretrained BatchNorm
+    # DP keeps the pretrained network: a DP linear probe from a zero head (the grid's recipe)
+    assert {(c.dp_finetune, c.head_init, c.lr) for c in cfgs if c.dp_sgd} == {("frozen-bn-head", "zero", 0.01)}
+    assert {(c.head_init, c.lr, c.channels_last) for c in cfgs if not c.dp_sgd} == {("timm", 1e-3, True)}
     three = build_configs(parse_args(["--grid", "cpu", "--partitions", "iid", "--seeds", "1", "--no-ablation"]))
     assert {c.task for c in three if c.dp_sgd} == {"normal-vs-abnormal", "benign-vs-malignant", "three-class"}
     assert {c.algorithm for c in cfgs if c.dp_sgd} == {"fedavg", "fedprox", "fedadam"}
@@ -53,18 +55,23 @@ def test_cli_rejects_bad_knobs(capsys):
 def test_dp_set_changes_the_dp_runs_only_and_set_every_run():
     base = ["--grid", "cpu", "--tasks", "normal-vs-abnormal", "--partitions", "iid", "--seeds", "1", "--no-ablation",
             "--methods", "fedavg", "centralized", "--results-dir", "/tmp/x"]
-    plain = build_configs(parse_args(base))
-    recipe = build_configs(parse_args(base + ["--dp-set", "us-dp-finetune=frozen-bn-head", "--dp-set",
-                                              "us-head-init=zero", "--dp-set", "lr=0.01", "--set", "num-rounds=4"]))
-    assert [c.dp_sgd for c in recipe] == [c.dp_sgd for c in plain] == [False, False, True]
-    for p, r in zip(plain, recipe):
-        assert r.num_rounds == 4 and p.num_rounds == 5
-        if r.dp_sgd:
-            assert (r.dp_finetune, r.head_init, r.lr) == ("frozen-bn-head", "zero", 0.01)
-            assert r.default_run_name.endswith("_head-zero") and "frozen-bn-head" in r.default_run_name
-        else:  # the non-DP runs keep the preset's recipe, lr and run folder name (only T differs)
-            assert (r.dp_finetune, r.head_init, r.lr) == (p.dp_finetune, p.head_init, p.lr) == ("frozen-bn", "timm", 1e-3)
-            assert r.default_run_name == p.default_run_name.replace("_T5_", "_T4_")
+    grid = build_configs(parse_args(base))
+    # the paper's DP form instead of the grid's recipe, and T = 4 for every run
+    paper = build_configs(parse_args(base + ["--dp-set", "us-dp-finetune=frozen-bn", "--dp-set", "us-head-init=timm",
+                                             "--dp-set", "lr=0.001", "--set", "num-rounds=4"]))
+    assert [c.dp_sgd for c in paper] == [c.dp_sgd for c in grid] == [False, False, True]
+    for g, p in zip(grid, paper):
+        assert p.num_rounds == 4 and g.num_rounds == 10
+        if p.dp_sgd:
+            assert (g.dp_finetune, g.head_init, g.lr) == ("frozen-bn-head", "zero", 0.01)
+            assert (p.dp_finetune, p.head_init, p.lr) == ("frozen-bn", "timm", 0.001)
+            assert g.default_run_name.endswith("_head-zero") and not p.default_run_name.endswith("_head-zero")
+        else:  # the non-DP runs keep the preset's recipe and run folder name (only T differs)
+            assert (p.dp_finetune, p.head_init, p.lr) == (g.dp_finetune, g.head_init, g.lr) == ("frozen-bn", "timm", 1e-3)
+            assert p.default_run_name == g.default_run_name.replace("_T10_", "_T4_")
+    # --set lr reaches every run, the DP runs included (it replaces the grid recipe's lr, not its other keys)
+    every = build_configs(parse_args(base + ["--set", "lr=0.005"]))
+    assert [(c.lr, c.head_init) for c in every] == [(0.005, "timm"), (0.005, "timm"), (0.005, "zero")]
 
 
 @pytest.mark.parametrize("extra, message", [
