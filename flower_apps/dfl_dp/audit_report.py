@@ -23,6 +23,7 @@ import numpy as np
 from flower_apps.common.results import atomic_write_json, read_json
 from flower_apps.common.tables import write_table
 from privacy.audit import CanarySet, ReleaseObserver, estimate, formal_add_remove_epsilon
+from privacy.audit.stats import format_eps
 
 CONFIDENCE = 0.95
 
@@ -54,14 +55,6 @@ def write_audit(out: Path, result: dict) -> None:
     atomic_write_json(out / "audit.json", result)
 
 
-def _fmt(x: float | None, none: str = "n/a") -> str:
-    if x is None:
-        return none
-    if math.isinf(x):
-        return "inf"
-    return "> 500" if x >= 500 else f"{x:.3g}"  # 500: the cap of the mu-GDP inversion (privacy.audit.stats)
-
-
 def audit_rows(results_dir: str | Path) -> list[dict]:
     """One row per audited run (finished runs with an audit.json)."""
     rows = []
@@ -73,12 +66,12 @@ def audit_rows(results_dir: str | Path) -> list[dict]:
         rows.append({"run": s["run"], "framework": a["framework"], "C": s["clip_norm"], "eps_cal": s["eps_cal"],
                      "N": s["num_clients"], "T": s["num_rounds"], "seed": s["seed"],
                      "canaries (in/total)": f"{a['canaries']['num_inserted']}/{a['canaries']['num_canaries']}",
-                     "eps formal (study, replace-one)": _fmt(a["eps_formal_study"], "> 500"),
-                     "eps formal (add/remove)": _fmt(a["eps_formal_add_remove"]),
-                     "all-iterates: lower bound (95%)": _fmt(ai["eps_lower"]),
-                     "all-iterates: point estimate": _fmt(ai["eps_point"]),
-                     "final model: lower bound (95%)": _fmt(fm["eps_lower"]),
-                     "final model: point estimate": _fmt(fm["eps_point"]),
+                     "eps formal (study, replace-one)": format_eps(a["eps_formal_study"], "> 500"),
+                     "eps formal (add/remove)": format_eps(a["eps_formal_add_remove"]),
+                     "all-iterates: lower bound (95%)": format_eps(ai["eps_lower"]),
+                     "all-iterates: point estimate": format_eps(ai["eps_point"]),
+                     "final model: lower bound (95%)": format_eps(fm["eps_lower"]),
+                     "final model: point estimate": format_eps(fm["eps_point"]),
                      "final acc": f"{s['final_acc']:.4f}"})
     return rows
 

@@ -25,6 +25,7 @@ from flower_apps.common.results import read_json
 from flower_apps.common.tables import write_table
 from privacy.audit import (ReleaseObserver, auditor_generator, estimate, flat_params, formal_add_remove_epsilon,
                            make_canaries)
+from privacy.audit.stats import format_eps
 from strategies.canaries import WeightedCanaries
 from strategies.records import to_numpy
 
@@ -81,14 +82,6 @@ class SettingAudit:
                 "canaries": self.canaries.describe(), "released_rounds": self.observer.rounds, "clients": clients}
 
 
-def _fmt(x: float | None, none: str = "n/a") -> str:
-    if x is None:
-        return none
-    if math.isinf(x):
-        return "inf"
-    return "> 500" if x >= 500 else f"{x:.3g}"  # 500: the cap of the mu-GDP inversion (privacy.audit.stats)
-
-
 def audit_rows(results_dir: str | Path) -> list[dict]:
     """One row per (audited run, DP setting, client)."""
     rows = []
@@ -104,13 +97,13 @@ def audit_rows(results_dir: str | Path) -> list[dict]:
                              "region": s.get("regions", {}).get(cid, ""),
                              "canaries": (res["canaries"]["num_canaries"] if cid == "all" else
                                           res["canaries"]["num_canaries"] // max(len(res["clients"]) - 1, 1)),
-                             "eps formal (study, RDP)": _fmt(acct.get(cid, {}).get("eps_rdp")),
+                             "eps formal (study, RDP)": format_eps(acct.get(cid, {}).get("eps_rdp")),
                              "eps formal (add/remove)": ("max " if cid == "all" else "")
-                             + _fmt(c["eps_formal_add_remove"]),
-                             "all-iterates: lower bound (95%)": _fmt(ai["eps_lower"]),
-                             "all-iterates: point estimate": _fmt(ai["eps_point"]),
-                             "final model: lower bound (95%)": _fmt(fm["eps_lower"]),
-                             "final model: point estimate": _fmt(fm["eps_point"])})
+                             + format_eps(c["eps_formal_add_remove"]),
+                             "all-iterates: lower bound (95%)": format_eps(ai["eps_lower"]),
+                             "all-iterates: point estimate": format_eps(ai["eps_point"]),
+                             "final model: lower bound (95%)": format_eps(fm["eps_lower"]),
+                             "final model: point estimate": format_eps(fm["eps_point"])})
     return rows
 
 

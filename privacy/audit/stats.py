@@ -66,8 +66,21 @@ def clopper_pearson(k: int, n: int, alpha: float) -> tuple[float, float]:
     return lo, hi
 
 
+#: The largest epsilon :func:`gdp_epsilon` reports (Opacus' inversion bracket); larger values read "> 500".
+EPS_CAP = 500.0
+
+
+def format_eps(x: float | None, none: str = "n/a") -> str:
+    """An epsilon for a table: 3 significant digits, "inf", "> 500" at :data:`EPS_CAP`, ``none`` if absent."""
+    if x is None:
+        return none
+    if math.isinf(x):
+        return "inf"
+    return f"> {EPS_CAP:g}" if x >= EPS_CAP else f"{x:.3g}"
+
+
 def gdp_epsilon(mu: float, delta: float) -> float:
-    """Epsilon at ``delta`` of a mu-GDP mechanism (exact; Opacus' ``eps_from_mu``); capped at 500."""
+    """Epsilon at ``delta`` of a mu-GDP mechanism (exact; Opacus' ``eps_from_mu``); capped at :data:`EPS_CAP`."""
     _check_delta(delta)
     if not mu >= 0:
         raise ValueError(f"mu must be >= 0, got {mu}")
@@ -76,7 +89,7 @@ def gdp_epsilon(mu: float, delta: float) -> float:
     try:
         return float(opacus_gdp.eps_from_mu(mu=mu, delta=delta))
     except ValueError:  # delta(eps=0) < delta already, or eps beyond Opacus' bracket
-        return 0.0 if float(opacus_gdp.delta_eps_mu(eps=0.0, mu=mu)) <= delta else 500.0
+        return 0.0 if float(opacus_gdp.delta_eps_mu(eps=0.0, mu=mu)) <= delta else EPS_CAP
 
 
 def _likelihood_set_mass(m0: float, s0: float, m1: float, s1: float, eps: float) -> float:
@@ -146,7 +159,7 @@ def point_estimate(scores_in: np.ndarray, scores_out: np.ndarray, delta: float) 
     pooled = math.sqrt(((s_in.size - 1) * s1 ** 2 + (s_out.size - 1) * s0 ** 2) / (s_in.size + s_out.size - 2))
     mu = abs(m1 - m0) / pooled
     eps = gdp_epsilon(mu, delta)
-    return {"eps_point": eps, "mu_point": mu, "eps_point_capped": eps >= 500.0,
+    return {"eps_point": eps, "mu_point": mu, "eps_point_capped": eps >= EPS_CAP,
             "eps_point_unequal_var": gaussian_pair_epsilon(m0, s0, m1, s1, delta),
             "mean_in": m1, "sd_in": s1, "mean_out": m0, "sd_out": s0}
 

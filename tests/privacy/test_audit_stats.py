@@ -102,3 +102,13 @@ def test_max_certifiable_epsilon_limits_the_bound():
     rng = np.random.default_rng(0)
     s_in, s_out = gaussian_mechanism(100.0, 100, rng)  # perfectly separable
     assert epsilon_lower_bound(s_in, s_out, DELTA, rng=rng)["eps_lower"] == pytest.approx(cap)
+
+
+def test_format_eps_for_tables():
+    from privacy.audit.stats import EPS_CAP, format_eps, gdp_epsilon
+
+    assert format_eps(None) == "n/a" and format_eps(None, "> 500") == "> 500"
+    assert format_eps(float("inf")) == "inf"
+    assert format_eps(1.23456) == "1.23" and format_eps(0.0) == "0"
+    assert gdp_epsilon(1e6, 1e-5) == EPS_CAP  # the inversion's cap reads as a bound, not a value
+    assert format_eps(gdp_epsilon(1e6, 1e-5)) == "> 500" and format_eps(499.0) == "499"
