@@ -62,19 +62,33 @@ def config_hash(config: dict) -> str:
 
 # Config fields that cannot change a run's results: a finished run stays finished when they change.
 NOT_RESULTS = ("round_timeout",)
+# Where a run's results go: not part of its identity, so a results folder can move (or be cloned).
+LOCATION = ("results_dir", "run_name")
 
 
 def run_hash(cfg: Any) -> str:
     """Identity of a run (a config dataclass) for resuming.
 
     The config's own ``effective()`` fields when it defines them (the fields that can change its
-    results), else every field except :data:`NOT_RESULTS`.
+    results), else every field except :data:`NOT_RESULTS` and :data:`LOCATION`.
     """
     import dataclasses
 
     if hasattr(cfg, "effective"):
         return config_hash(cfg.effective())
-    return config_hash({k: v for k, v in dataclasses.asdict(cfg).items() if k not in NOT_RESULTS})
+    return config_hash({k: v for k, v in dataclasses.asdict(cfg).items() if k not in NOT_RESULTS + LOCATION})
+
+
+def run_hashes(cfg: Any) -> set[str]:
+    """Every identity a finished run of ``cfg`` may carry: :func:`run_hash`, and for configs without
+    ``effective()`` the older one that also hashed the results folder and run name (runs written
+    before 2026-12-01 stay finished where they are)."""
+    import dataclasses
+
+    ids = {run_hash(cfg)}
+    if not hasattr(cfg, "effective"):
+        ids.add(config_hash({k: v for k, v in dataclasses.asdict(cfg).items() if k not in NOT_RESULTS}))
+    return ids
 
 
 def run_folder(study: str, cfg: Any) -> Path:
@@ -92,6 +106,11 @@ def other_finished_run(folder: str | Path, run_id: str) -> str | None:
     return other if other and other != run_id else None
 
 
+def run_finished(folder: str | Path, cfg: Any) -> bool:
+    """True when ``folder`` holds a finished run of ``cfg`` (any of :func:`run_hashes`; sweeps resume)."""
+    return any(is_finished(folder, rid) for rid in run_hashes(cfg))
+
+
 def check_run_folder(folder: str | Path, cfg: Any) -> None:
     """Refuse (ConfigError) to write ``cfg``'s run into a folder that holds another config's finished run.
 
@@ -101,6 +120,8 @@ def check_run_folder(folder: str | Path, cfg: Any) -> None:
     """
     from flower_apps.config import ConfigError
 
+    if run_finished(folder, cfg):
+        return
     other = other_finished_run(folder, run_hash(cfg))
     if other:
         raise ConfigError(

@@ -15,7 +15,7 @@ from pathlib import Path
 from flwr.app import ArrayRecord, MetricRecord
 from flwr.serverapp import Grid
 
-from flower_apps.common.results import (open_run_folder, atomic_write_json, atomic_write_jsonl, atomic_write_text, is_finished,
+from flower_apps.common.results import (open_run_folder, atomic_write_json, atomic_write_jsonl, atomic_write_text, run_finished,
                                         run_folder, run_hash)
 from flower_apps.common.torch_utils import pick_device, record_to_state, save_state_dict, state_to_record
 from flower_apps.dfl_dp.config import ACTION, DflDpConfig
@@ -44,7 +44,7 @@ def run_dir(cfg: DflDpConfig) -> Path:
 
 def is_complete(cfg: DflDpConfig) -> bool:
     """True when this exact config already has a summary (sweeps resume)."""
-    return is_finished(run_dir(cfg), run_hash(cfg))
+    return run_finished(run_dir(cfg), cfg)
 
 
 def write_class_counts(plan, out: Path) -> None:

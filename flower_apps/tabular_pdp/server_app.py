@@ -24,7 +24,7 @@ from flwr.app import ArrayRecord
 from flwr.serverapp import Grid
 
 from datasets.cancer import describe_source
-from flower_apps.common.results import open_run_folder, atomic_write_json, atomic_write_jsonl, is_finished, run_folder, run_hash
+from flower_apps.common.results import open_run_folder, atomic_write_json, atomic_write_jsonl, run_finished, run_folder, run_hash
 from flower_apps.common.torch_utils import record_to_state, save_state_dict, state_to_record
 from flower_apps.common.node_data import PlacedGrid, RoundErrors, discover, node_of
 from flower_apps.tabular_pdp.config import ACTION, TabularPdpConfig
@@ -62,7 +62,7 @@ def run_dir(cfg: TabularPdpConfig) -> Path:
 
 def is_complete(cfg: TabularPdpConfig) -> bool:
     """True when this exact config already has a summary (sweeps resume)."""
-    return is_finished(run_dir(cfg), run_hash(cfg))
+    return run_finished(run_dir(cfg), cfg)
 
 
 def weighted_mean(models: dict[int, OrderedDict], weights: dict[int, float]) -> OrderedDict:

@@ -23,7 +23,7 @@ import torch
 from flwr.app import ArrayRecord, ConfigRecord, MetricRecord
 from flwr.serverapp import Grid
 
-from flower_apps.common.results import open_run_folder, atomic_write_json, atomic_write_jsonl, is_finished, run_folder, run_hash
+from flower_apps.common.results import open_run_folder, atomic_write_json, atomic_write_jsonl, run_finished, run_folder, run_hash
 from flower_apps.common.torch_utils import pick_device, record_to_state, save_state_dict, state_to_record
 from flower_apps.ultrasound import audit
 from flower_apps.ultrasound.config import ACTION, UltrasoundConfig
@@ -49,7 +49,7 @@ def run_dir(cfg: UltrasoundConfig) -> Path:
 
 def is_complete(cfg: UltrasoundConfig) -> bool:
     """True when this exact config already has a summary (sweeps resume)."""
-    return is_finished(run_dir(cfg), run_hash(cfg))
+    return run_finished(run_dir(cfg), cfg)
 
 
 def communication(num_params: int, payload_bytes: int, num_clients: int, num_rounds: int) -> dict:

@@ -29,7 +29,7 @@ from flwr.app import ArrayRecord, ConfigRecord
 from flwr.serverapp import Grid
 
 from attacks.linking.content import CuriousRecipientRecorder
-from flower_apps.common.results import open_run_folder, atomic_write_json, atomic_write_jsonl, is_finished, run_folder, run_hash
+from flower_apps.common.results import open_run_folder, atomic_write_json, atomic_write_jsonl, run_finished, run_folder, run_hash
 from flower_apps.common.torch_utils import record_to_state, state_to_record
 from flower_apps.unlinkable_dfl.config import ACTION, UdflConfig
 from flower_apps.common.node_data import RoundErrors, discover
@@ -51,7 +51,7 @@ def run_dir(cfg: UdflConfig) -> Path:
 
 def is_complete(cfg: UdflConfig) -> bool:
     """True when this exact config already has a summary (sweeps resume)."""
-    return is_finished(run_dir(cfg), run_hash(cfg))
+    return run_finished(run_dir(cfg), cfg)
 
 
 def _byzantine_nodes(cfg: UdflConfig) -> set[int]:

@@ -215,3 +215,19 @@ def test_a_finished_run_of_another_config_is_never_overwritten(tmp_path, capsys)
     # an unfinished folder (crashed run, no summary) is simply reused
     (folder / "summary.json").unlink()
     open_run_folder(folder, new)
+
+
+def test_a_results_folder_can_move_and_older_runs_stay_finished(tmp_path):
+    import dataclasses
+
+    from flower_apps.common.results import atomic_write_json, config_hash, run_finished, run_folder, run_hash
+
+    here, there = _Run("a", str(tmp_path / "here")), _Run("a", str(tmp_path / "there"))
+    assert run_hash(here) == run_hash(there)  # where results go is not part of a run's identity
+    folder = run_folder("s", there)
+    atomic_write_json(folder / "summary.json", {"config_hash": run_hash(here)})  # finished "here", moved "there"
+    assert run_finished(folder, there)
+    # a summary written before (its hash included the results folder and run name) still counts
+    legacy = config_hash(dataclasses.asdict(there))
+    atomic_write_json(folder / "summary.json", {"config_hash": legacy})
+    assert run_finished(folder, there) and not run_finished(folder, dataclasses.replace(there, lr=0.5))

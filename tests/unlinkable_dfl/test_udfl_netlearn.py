@@ -8,6 +8,7 @@ import pytest
 
 import flower_apps.studies  # noqa: F401  (registers the study keys)
 from flower_apps.common.results import run_hash
+from flower_apps.unlinkable_dfl.server_app import run_dir
 from flower_apps.unlinkable_dfl import netlearn
 from flower_apps.unlinkable_dfl.world import World
 
@@ -18,7 +19,8 @@ def test_simulation_and_network_runs_differ_only_in_their_run_name(tmp_path):
     assert sim.num_nodes == 8 and sim.transport == "mixnet" and sim.churn_leave == 0
     assert sim.run_name != net.run_name
     assert dataclasses.replace(sim, run_name=net.run_name) == net
-    assert run_hash(sim) != run_hash(net)  # separate results folders and resume identities
+    assert run_hash(sim) == run_hash(net)  # one configuration: the run name only picks the folder
+    assert run_dir(sim) != run_dir(net)  # separate results folders, each resumed on its own
 
 
 def test_network_world_refuses_churn_before_starting_processes(tmp_path, monkeypatch):
