@@ -108,6 +108,13 @@ def channels_last() -> list[dict]:
     return fn(quick=True) if fn else [skipped_row("channels-last", why)]
 
 
+@BENCHMARKS.decorator("dp-frozen-prefix")
+def dp_frozen_prefix() -> list[dict]:
+    """Ultrasound DP (ghost) step of head-only / last-layers training: parameters vs batch as the target."""
+    fn, why = _harness("ultrasound_dp_frozen_prefix")
+    return fn(quick=True) if fn else [skipped_row("dp-frozen-prefix", why)]
+
+
 @BENCHMARKS.decorator("mixnet-round")
 def mixnet_round() -> list[dict]:
     """Wall seconds per simulated mixnet round, N = 32, K = 2, O = 100, mu = 0.1, cover (target <= 4 s, on the value)."""

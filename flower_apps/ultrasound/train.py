@@ -21,7 +21,7 @@ from torch import nn
 from datasets.transforms import ScannerProfile, to_model_input, uint8_to_unit
 from flower_apps.common import seeding
 from flower_apps.ultrasound.metrics import classification_metrics
-from privacy.dpsgd import ghost_clipping_backward, make_private, unwrap
+from privacy.dpsgd import ghost_clipping_backward, ghost_targets, make_private, unwrap
 from privacy.randomness import NoiseSource
 
 LR_MILESTONES = (0.5, 0.8)  # fractions of the rounds after which the lr is multiplied by LR_DECAY
@@ -162,9 +162,9 @@ def train_local(
                 with warnings.catch_warnings():  # Opacus' hooks on the first layer: benign, inputs need no grad
                     warnings.filterwarnings("ignore", message="Full backward hook is firing")
                     if dp.grad_sample_mode == "ghost":
-                        xb.requires_grad_(True)
+                        targets = ghost_targets(net, xb)  # the batch, or the trainable params after a frozen prefix
                         losses = nn.functional.cross_entropy(net(xb), yb, reduction="none")
-                        ghost_clipping_backward(net, losses, xb)
+                        ghost_clipping_backward(net, losses, targets)
                         loss = losses.detach().mean()
                     else:
                         loss = loss_fn(net(xb), yb)

@@ -21,7 +21,8 @@ import_opacus()  # before any opacus import: no root log handler (see privacy/op
 # ruff: noqa: E402  (the imports below must follow import_opacus())
 from privacy.dpsgd.compat import (BN_MODES, DpVisionTransformer, ModelChange, PrefixTokenPosEmbed, freeze_batchnorm,
                                   make_opacus_compatible, replace_batchnorm_act, train_last_groups)
-from privacy.dpsgd.engine import GRAD_SAMPLE_MODES, PrivateTraining, ghost_clipping_backward, make_private, unwrap
+from privacy.dpsgd.engine import (GRAD_SAMPLE_MODES, PrivateTraining, ghost_clipping_backward, ghost_targets, make_private,
+                                  unwrap)
 from privacy.dpsgd.grad_sample import (FastGhostClippingModule, FastGradSampleModule, grad_sample_module,
                                        store_grad_sample)
 from privacy.dpsgd.ledger import DpSgdEvent, DpSgdLedger, dp_event, paper_sqrt_t_bound, rdp_epsilon
@@ -30,7 +31,7 @@ from privacy.dpsgd.samplers import FAST_GRAD_SAMPLERS, FAST_NORM_SAMPLERS
 __all__ = [
     "BN_MODES", "DpSgdEvent", "DpSgdLedger", "DpVisionTransformer", "FAST_GRAD_SAMPLERS", "FAST_NORM_SAMPLERS",
     "FastGhostClippingModule", "FastGradSampleModule", "GRAD_SAMPLE_MODES", "ModelChange", "PrefixTokenPosEmbed",
-    "PrivateTraining", "dp_event", "freeze_batchnorm", "ghost_clipping_backward", "grad_sample_module",
+    "PrivateTraining", "dp_event", "freeze_batchnorm", "ghost_clipping_backward", "ghost_targets", "grad_sample_module",
     "make_opacus_compatible", "make_private", "paper_sqrt_t_bound", "rdp_epsilon", "replace_batchnorm_act",
     "store_grad_sample", "train_last_groups", "unwrap",
 ]

@@ -11,6 +11,7 @@ and no other. The engine's accountant is left out on purpose: epsilon comes from
 from __future__ import annotations
 
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -170,14 +171,33 @@ def make_private(model: nn.Module, optimizer: torch.optim.Optimizer, num_samples
     return PrivateTraining(wrapped, optimizer, dl, criterion, rate)
 
 
-def ghost_clipping_backward(model: nn.Module, loss_per_sample: torch.Tensor, inputs: torch.Tensor, *,
-                            book_keeping: bool = True) -> None:
+def first_layer_trains(model: nn.Module) -> bool:
+    """Whether the first module (registration order) that holds parameters trains any of them."""
+    for m in model.modules():
+        own = list(m.parameters(recurse=False))
+        if own:
+            return any(p.requires_grad for p in own)
+    return False
+
+
+def ghost_targets(model: nn.Module, batch: torch.Tensor) -> list[torch.Tensor]:
+    """What :func:`ghost_clipping_backward` should differentiate: the batch (made to require grad) when
+    the model's first layer trains, else its trainable parameters (a frozen prefix is never backpropagated)."""
+    if first_layer_trains(model):
+        return [batch.requires_grad_(True)]
+    return [p for p in model.parameters() if p.requires_grad]
+
+
+def ghost_clipping_backward(model: nn.Module, loss_per_sample: torch.Tensor,
+                            inputs: torch.Tensor | Sequence[torch.Tensor], *, book_keeping: bool = True) -> None:
     """Ghost clipping: p.grad += the sum of clipped per-sample gradients (as Opacus' ``DPLossFastGradientClipping``).
 
     The DP optimizer then adds noise and averages. The backward pass differentiates only w.r.t.
     ``inputs`` (which must require grad): the hooks need each layer's output gradient to compute
     per-sample gradient norms, not the parameter gradients that Opacus computes in this pass and
-    throws away. With ``book_keeping`` (default, where every layer supports it) the clipped sum is
+    throws away. ``inputs`` is the batch when the first layer trains; when a frozen prefix comes
+    first (e.g. only the head trains), pass the trainable parameters instead (:func:`ghost_targets`):
+    the pass then stops at the first trainable layer instead of running back through the frozen ones. With ``book_keeping`` (default, where every layer supports it) the clipped sum is
     then formed layer by layer from what that pass kept (:mod:`privacy.dpsgd.book_keeping`, Bu et al.
     2023's BK); otherwise the clip-weighted loss is backpropagated a second time, without hooks.
     Both give the same gradients up to float rounding (tested).
@@ -188,19 +208,21 @@ def ghost_clipping_backward(model: nn.Module, loss_per_sample: torch.Tensor, inp
         The model from :func:`make_private` with ``grad_sample_mode="ghost"``.
     loss_per_sample : torch.Tensor
         Unreduced loss, shape (batch,).
-    inputs : torch.Tensor
-        The batch fed to ``model``; must require grad.
+    inputs : torch.Tensor or sequence of torch.Tensor
+        What the first pass differentiates: the batch fed to ``model``, or the trainable parameters;
+        must require grad.
     book_keeping : bool
         False: always take the second backward pass.
     """
-    if not inputs.requires_grad:
+    targets = [inputs] if isinstance(inputs, torch.Tensor) else list(inputs)
+    if not targets or not all(t.requires_grad for t in targets):
         raise ValueError("ghost_clipping_backward: inputs must require grad")
     book = (book_keeping and len(loss_per_sample) > 0 and hasattr(model, "start_book_keeping")
             and model.book_keeping_supported())
     if book:
         model.start_book_keeping()
     try:  # the module uses loss_reduction="mean"
-        torch.autograd.grad(loss_per_sample.mean(), inputs, retain_graph=not book)
+        torch.autograd.grad(loss_per_sample.mean(), targets, retain_graph=not book, allow_unused=True)
         coeff = model.get_clipping_coef().to(loss_per_sample.device)
     except BaseException:
         if book:

@@ -391,3 +391,38 @@ def test_channels_last_training_takes_the_same_steps(dp, tmp_path):
         torch.testing.assert_close(out[True], out[False], rtol=1e-4, atol=1e-5)
     else:
         assert torch.equal(out[True], out[False])
+
+
+def test_ghost_clipping_after_a_frozen_prefix_stops_at_the_first_trainable_layer():
+    """Head-only and last-layers DP (frozen-bn-head / -last): ghost clipping differentiates the trainable
+    parameters instead of the batch, so the frozen backbone is run forward only, and takes the same clipped
+    step as materialized per-sample gradients (hooks)."""
+    from privacy.dpsgd import ghost_targets
+
+    def model():
+        torch.manual_seed(3)
+        m = nn.Sequential(nn.Conv2d(3, 16, 3, stride=4, padding=1), GroupNormAct(16, num_groups=4, inplace=False),
+                          nn.Conv2d(16, 16, 3, padding=1, groups=16), nn.Conv2d(16, 16, 1),
+                          nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, 3))
+        for p in m[:3].parameters():  # a frozen prefix: the stem, its norm and the depthwise conv
+            p.requires_grad_(False)
+        return m
+
+    x, y = _u8(6)
+    out = {}
+    for mode in ("hooks", "ghost"):
+        m = model()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            train_local(m, x, y, epochs=2, batch_size=6, lr_for_epoch=lambda e: 0.05, device=torch.device("cpu"),
+                        seed=0, dp=DpSettings(0.0, 0.01, mode, poisson_sampling=False))
+        out[mode] = torch.cat([p.detach().flatten() for p in m.parameters()])
+    start = torch.cat([p.detach().flatten() for p in model().parameters()])
+    frozen = sum(p.numel() for p in model()[:3].parameters())
+    assert torch.equal(out["ghost"][:frozen], start[:frozen]) and not torch.allclose(out["ghost"], start)
+    torch.testing.assert_close(out["ghost"], out["hooks"], rtol=1e-4, atol=1e-6)
+    # the targets: the trainable parameters after a frozen prefix, the batch when the first layer trains
+    m, xb = model(), torch.zeros(2, 3, 8, 8)
+    assert ghost_targets(m, xb) == [p for p in m.parameters() if p.requires_grad] and not xb.requires_grad
+    m[0].weight.requires_grad_(True)
+    assert ghost_targets(m, xb) == [xb] and xb.requires_grad
