@@ -114,7 +114,8 @@ def run_specs(grid: Grid, args: argparse.Namespace) -> list[dict]:
             for part in parts:
                 for arch in archs:
                     base = {"seed": seed, "us-task": task, "us-partition": part, "us-arch": arch}
-                    specs += [{**base, **_method_keys(m), "us-dp-sgd": False} for m in methods]
+                    if not getattr(args, "dp_only", False):
+                        specs += [{**base, **_method_keys(m), "us-dp-sgd": False} for m in methods]
                     if not args.no_dp and task in grid.dp_tasks:
                         c, z = grid.dp_point
                         specs += [{**base, **_method_keys(m), "us-dp-sgd": True, "us-max-grad-norm": c,
@@ -134,6 +135,8 @@ def run_specs(grid: Grid, args: argparse.Namespace) -> list[dict]:
 def build_configs(args: argparse.Namespace) -> list[UltrasoundConfig]:
     """Validated configs of the grid, duplicates removed (the DP point is also an ablation cell)."""
     grid = GRIDS[args.grid]
+    if args.no_dp and getattr(args, "dp_only", False):
+        raise ConfigError("--dp-only and --no-dp leave no run; give one of them")
     knobs = sweep_overrides("ultrasound", grid.preset, args.results_dir, {
         "noise-seed-file": args.noise_seed_file,
         "num-rounds": args.rounds, "local-epochs": args.local_epochs, "us-image-size": args.image_size,
@@ -160,6 +163,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--methods", nargs="+", choices=METHODS)
     p.add_argument("--no-dp", action="store_true", help="skip the DP-SGD runs at the operating point")
     p.add_argument("--no-ablation", action="store_true", help="skip the C x z ablation")
+    p.add_argument("--dp-only", action="store_true", help="only the DP-SGD runs (the DP point and the ablation)")
     p.add_argument("--ablation-c", type=float, nargs="+", help="clip norms of the ablation (default: the grid's)")
     p.add_argument("--ablation-z", type=float, nargs="+", help="noise multipliers of the ablation")
     p.add_argument("--dp-set", action="append", default=[], type=parse_set, metavar="KEY=VALUE", dest="dp_set",

@@ -84,3 +84,12 @@ def test_dp_set_changes_the_dp_runs_only_and_set_every_run():
 def test_bad_set_and_dp_set_are_refused_before_any_run(extra, message, capsys):
     assert main(["--grid", "smoke", "--list", *extra]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_dp_only_keeps_the_dp_runs_and_the_ablation(capsys):
+    base = ["--grid", "smoke", "--results-dir", "/tmp/x"]
+    every = build_configs(parse_args(base))
+    dp = build_configs(parse_args(base + ["--dp-only"]))
+    assert dp == [c for c in every if c.dp_sgd] and len(dp) == 2
+    assert main(base + ["--dp-only", "--no-dp", "--list"]) == 2
+    assert "--dp-only and --no-dp leave no run" in capsys.readouterr().err
