@@ -38,6 +38,8 @@ FIELD_CHANGES = {
 
 # preset -> values deliberately changed (a preset redefined by an issue, not a refactor)
 PRESET_CHANGES = {
+    # issue 17: the protocol grid sends all 100 clients in one message (fastest transport, same mathematics)
+    "dfl-dp/protocol-fashion": {"clients_per_message": 100},
     # issue 16: the CPU preset trains the offline-pretrained EfficientNet-Lite0 at 160 px, T = 10, E = 3
     # (was 96 px, T = 5, E = 1: below the majority baseline; docs/ultrasound.md)
     "ultrasound/cpu": {"arch": "efficientnet_lite0", "num_rounds": 10, "image_size": 160, "local_epochs": 3,
