@@ -265,6 +265,20 @@ def test_fast_grad_samplers_match_micro_batch_gradients(act):
         torch.testing.assert_close(p.grad_sample, expected, rtol=1e-4, atol=1e-5)
 
 
+def _clipped_steps(model, modes) -> dict:
+    """Each grad-sample mode's weights after two clipped, noise-free full-batch steps from ``model()``."""
+    x, y = _u8(6)
+    out = {}
+    for mode in modes:
+        m = model()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            train_local(m, x, y, epochs=2, batch_size=6, lr_for_epoch=lambda e: 0.05, device=torch.device("cpu"),
+                        seed=0, dp=DpSettings(0.0, 0.01, mode, poisson_sampling=False))
+        out[mode] = torch.cat([p.detach().flatten() for p in m.parameters()])
+    return out
+
+
 def test_every_grad_sample_mode_gives_the_same_clipped_step():
     """Materialized per-sample gradients (hooks, functorch) and ghost clipping (norms only, two passes) agree
     with clipping active and no noise; the model has depthwise, pointwise (Gram-norm) and GroupNormAct layers."""
@@ -275,15 +289,7 @@ def test_every_grad_sample_mode_gives_the_same_clipped_step():
                              nn.Conv2d(16, 16, 3, padding=1, groups=16), nn.Conv2d(16, 16, 1),  # L = 4: Gram norm
                              nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, 3))
 
-    x, y = _u8(6)
-    out = {}
-    for mode in ("hooks", "functorch", "ghost"):
-        m = model()
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            train_local(m, x, y, epochs=2, batch_size=6, lr_for_epoch=lambda e: 0.05, device=torch.device("cpu"),
-                        seed=0, dp=DpSettings(0.0, 0.01, mode, poisson_sampling=False))
-        out[mode] = torch.cat([p.detach().flatten() for p in m.parameters()])
+    out = _clipped_steps(model, ("hooks", "functorch", "ghost"))
     start = torch.cat([p.detach().flatten() for p in model().parameters()])
     assert not torch.allclose(out["hooks"], start)
     torch.testing.assert_close(out["ghost"], out["hooks"], rtol=1e-4, atol=1e-6)
@@ -408,15 +414,7 @@ def test_ghost_clipping_after_a_frozen_prefix_stops_at_the_first_trainable_layer
             p.requires_grad_(False)
         return m
 
-    x, y = _u8(6)
-    out = {}
-    for mode in ("hooks", "ghost"):
-        m = model()
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            train_local(m, x, y, epochs=2, batch_size=6, lr_for_epoch=lambda e: 0.05, device=torch.device("cpu"),
-                        seed=0, dp=DpSettings(0.0, 0.01, mode, poisson_sampling=False))
-        out[mode] = torch.cat([p.detach().flatten() for p in m.parameters()])
+    out = _clipped_steps(model, ("hooks", "ghost"))
     start = torch.cat([p.detach().flatten() for p in model().parameters()])
     frozen = sum(p.numel() for p in model()[:3].parameters())
     assert torch.equal(out["ghost"][:frozen], start[:frozen]) and not torch.allclose(out["ghost"], start)
