@@ -96,19 +96,18 @@ def run_folder(study: str, cfg: Any) -> Path:
     return Path(cfg.results_dir) / study / "runs" / (cfg.run_name or cfg.default_run_name)
 
 
-def other_finished_run(folder: str | Path, run_id: str) -> str | None:
-    """The config hash of a finished run in ``folder`` that is NOT ``run_id``, else None."""
+def finished_hash(folder: str | Path) -> str | None:
+    """The config hash of the finished run in ``folder`` (its ``summary.json``), else None."""
     p = Path(folder) / "summary.json"
     try:
-        other = read_json(p).get("config_hash") if p.is_file() else None
+        return read_json(p).get("config_hash") if p.is_file() else None
     except (OSError, ValueError):
         return None
-    return other if other and other != run_id else None
 
 
 def run_finished(folder: str | Path, cfg: Any) -> bool:
     """True when ``folder`` holds a finished run of ``cfg`` (any of :func:`run_hashes`; sweeps resume)."""
-    return any(is_finished(folder, rid) for rid in run_hashes(cfg))
+    return finished_hash(folder) in run_hashes(cfg)
 
 
 def check_run_folder(folder: str | Path, cfg: Any) -> None:
@@ -120,10 +119,8 @@ def check_run_folder(folder: str | Path, cfg: Any) -> None:
     """
     from flower_apps.config import ConfigError
 
-    if run_finished(folder, cfg):
-        return
-    other = other_finished_run(folder, run_hash(cfg))
-    if other:
+    other = finished_hash(folder)
+    if other and other not in run_hashes(cfg):
         raise ConfigError(
             f"run folder {folder} holds a finished run of another config (config_hash {other}, this run "
             f"{run_hash(cfg)}): keys outside the run name differ; set run-name (or the sweep's --results-dir) "
@@ -143,15 +140,6 @@ def open_run_folder(folder: str | Path, cfg: Any) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_json(out / "config.json", dataclasses.asdict(cfg))
     return out
-
-
-def is_finished(folder: str | Path, run_id: str) -> bool:
-    """True when ``folder`` holds a summary of the run identified by ``run_id`` (sweeps resume)."""
-    p = Path(folder) / "summary.json"
-    try:
-        return p.is_file() and read_json(p).get("config_hash") == run_id
-    except (OSError, ValueError):
-        return False
 
 
 def _json_default(o: Any) -> Any:
