@@ -1,0 +1,62 @@
+"""The FAB that `flwr run` ships to the SuperLink and every SuperNode carries the code the apps import, and
+nothing else: no kept results (they grow run by run; the FAB cap is 10 MB), docs, tests or benchmarks.
+
+Built with Flower's own builder from the project's pyproject (``[tool.flwr.app] fab-include``).
+"""
+
+from __future__ import annotations
+
+import ast
+import io
+import sys
+import zipfile
+from pathlib import Path
+
+from flwr.cli.build import build_fab_from_disk
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _fab_files() -> dict[str, bytes]:
+    with zipfile.ZipFile(io.BytesIO(build_fab_from_disk(REPO))) as z:
+        return {i.filename: z.read(i) for i in z.infolist()}
+
+
+def _top_level_imports(source: bytes) -> set[str]:
+    out = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            out |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            out.add(node.module.split(".")[0])
+    return out
+
+
+def test_fab_holds_every_project_package_its_code_imports_and_no_results_docs_or_tests():
+    files = _fab_files()
+    tops = {name.split("/")[0] for name in files}
+    assert {"flower_apps", "privacy", "strategies", "datasets", "attacks"} <= tops, sorted(tops)
+    leaked = sorted(t for t in tops if t.startswith("results") or t in {"docs", "tests", "benchmarks", "docker"})
+    assert not leaked, f"the FAB carries {leaked}"
+    # every import of a project top-level package (a folder of this repository) resolves inside the FAB
+    project = {p.name for p in REPO.iterdir() if (p / "__init__.py").is_file()}
+    needed: dict[str, str] = {}
+    for name, data in files.items():
+        if name.endswith(".py"):
+            for top in _top_level_imports(data) & project:
+                needed.setdefault(top, name)
+    missing = {top: by for top, by in needed.items() if top not in tops}
+    assert not missing, f"imported but not in the FAB (add them to fab-include): {missing}"
+    assert "benchmarks" in project and "benchmarks" not in needed  # the check sees project folders
+
+
+def test_studies_register_without_importing_their_apps():
+    # a deployed SuperNode starts one ClientApp process per message; registering the four studies must not
+    # import every study's training code (timm, Opacus, the mixnet) into each of them
+    import subprocess
+
+    code = ("import sys, flower_apps.router; print(sorted(m for m in sys.modules if m.startswith('flower_apps.') "
+            "and m.endswith(('.server_app', '.client_app'))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "[]", out.stdout
