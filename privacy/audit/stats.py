@@ -33,10 +33,6 @@ from scipy import optimize, special, stats
 
 from privacy.opacus_import import import_opacus
 
-import_opacus()  # before any opacus import (see privacy/opacus_import.py)
-
-from opacus.accountants.analysis import gdp as opacus_gdp  # noqa: E402
-
 EPS_MAX = 100.0  # search bracket of epsilon; larger values are reported as this cap (flagged)
 
 
@@ -86,6 +82,9 @@ def gdp_epsilon(mu: float, delta: float) -> float:
         raise ValueError(f"mu must be >= 0, got {mu}")
     if mu == 0:
         return 0.0
+    import_opacus()  # here, not at import: strategies and a deployed ClientApp import this module (Opacus: ~2 s)
+    from opacus.accountants.analysis import gdp as opacus_gdp
+
     try:
         return float(opacus_gdp.eps_from_mu(mu=mu, delta=delta))
     except ValueError:  # delta(eps=0) < delta already, or eps beyond Opacus' bracket
