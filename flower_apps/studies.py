@@ -11,8 +11,9 @@ A study is a package ``flower_apps/<pkg>/`` with:
 The packages listed in ``BUILTIN`` are registered at import when present. Registering reads only
 ``study.py`` and ``config.py``; a study's ``server_app`` and ``client_app`` (torch, timm, Opacus,
 anjana...) are imported on their first call (:class:`Deferred`). A deployed SuperNode starts one
-ClientApp process per message, and each imports the router: it now pays only for the study the
-message is for.
+ClientApp process per message, and each imports the router: it imports the training code of the
+study the message is for, not of all four (the key tables still import what their choices come
+from: ultrasound's ``study.py`` imports timm for its architecture table).
 """
 
 from __future__ import annotations

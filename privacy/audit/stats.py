@@ -82,7 +82,7 @@ def gdp_epsilon(mu: float, delta: float) -> float:
         raise ValueError(f"mu must be >= 0, got {mu}")
     if mu == 0:
         return 0.0
-    import_opacus()  # here, not at import: strategies and a deployed ClientApp import this module (Opacus: ~2 s)
+    import_opacus()  # here, not at import: strategies and a deployed ClientApp import this module (Opacus: ~3 s under load)
     from opacus.accountants.analysis import gdp as opacus_gdp
 
     try:
