@@ -8,12 +8,7 @@ A study is a package ``flower_apps/<pkg>/`` with:
 * ``config.py``: ``PRESETS`` and ``build_config`` (the cross-field rules and the frozen dataclass);
 * ``server_app.py``: ``server_main``; ``client_app.py``: ``train``.
 
-The packages listed in ``BUILTIN`` are registered at import when present. Registering reads only
-``study.py`` and ``config.py``; a study's ``server_app`` and ``client_app`` (torch, timm, Opacus,
-anjana...) are imported on their first call (:class:`Deferred`). A deployed SuperNode starts one
-ClientApp process per message, and each imports the router: it imports the training code of the
-study the message is for, not of all four (the key tables still import what their choices come
-from: ultrasound's ``study.py`` imports timm for its architecture table).
+The packages listed in ``BUILTIN`` are registered at import when present.
 """
 
 from __future__ import annotations
@@ -50,35 +45,14 @@ def register_study(spec: StudySpec) -> None:
     STUDIES[spec.name] = spec
 
 
-class Deferred:
-    """``module.attr``, imported on the first call (then called directly)."""
-
-    def __init__(self, module: str, attr: str):
-        self.module, self.attr = module, attr
-        self._fn = None
-
-    def resolve(self):
-        if self._fn is None:
-            self._fn = getattr(importlib.import_module(self.module), self.attr)
-        return self._fn
-
-    def __call__(self, *args, **kwargs):
-        return self.resolve()(*args, **kwargs)
-
-    def __repr__(self) -> str:
-        return f"Deferred({self.module}.{self.attr})"
-
-
 def load_study(pkg: str) -> StudySpec:
     """The spec of the study package ``flower_apps.<pkg>`` (see the module docstring)."""
     study = importlib.import_module(f"flower_apps.{pkg}.study")
     config = importlib.import_module(f"flower_apps.{pkg}.config")
-    for part in ("server_app", "client_app"):  # a missing module fails here, at registration
-        if importlib.util.find_spec(f"flower_apps.{pkg}.{part}") is None:
-            raise ImportError(f"study package flower_apps.{pkg} has no {part}.py")
+    server_app = importlib.import_module(f"flower_apps.{pkg}.server_app")
+    client_app = importlib.import_module(f"flower_apps.{pkg}.client_app")
     return StudySpec(study.STUDY, study.ACTION, study.KEYS, config.PRESETS, config.build_config,
-                     Deferred(f"flower_apps.{pkg}.server_app", "server_main"),
-                     Deferred(f"flower_apps.{pkg}.client_app", "train"))
+                     server_app.server_main, client_app.train)
 
 
 def _register_builtin() -> None:
