@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -77,7 +78,37 @@ def rng() -> np.random.Generator:
     return np.random.default_rng(12345)
 
 
+# The suite runs on pytest-xdist workers, one module per worker at a time (scripts/run_tests.sh:
+# ``--dist loadscope --no-loadscope-reorder``). A module is handed out in collection order, so the longest
+# ones go first and the short ones fill the gaps (longest-first scheduling). Measured serially on the 2-core
+# machine (session 9, ``--durations``): these four modules took ~690, ~160, ~110 and ~70 s of ~1,500 s; the
+# first mostly waits on Flower's 3 s polls and its SuperNodes' ClientApp processes, beside the CPU-bound rest.
+LONGEST_MODULES = (
+    "deploy/test_node_local_federation.py",
+    "deploy/test_deploy_federation.py",
+    "flower_apps/test_dfl_dp_smoke.py",
+    "deploy/test_deploy_ray_cluster.py",
+)
+
+
+def _schedule_rank(item) -> int:
+    path = item.path.as_posix()
+    for rank, module in enumerate(LONGEST_MODULES):
+        if path.endswith("tests/" + module):
+            return rank
+    return len(LONGEST_MODULES) + (0 if "slow" in item.keywords else 1)
+
+
+def pytest_configure(config):
+    # Two workers on two cores: one intra-op thread each, not two each (no oversubscription).
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        import torch
+
+        torch.set_num_threads(1)
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if "shared" in item.keywords and not SHARED_DATA.is_dir():
             item.add_marker(pytest.mark.skip(reason=f"../shared/data not found at {SHARED_DATA}"))
+    items.sort(key=_schedule_rank)  # stable: a module's tests keep their order

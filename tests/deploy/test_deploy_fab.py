@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import io
+import tomllib
 import zipfile
 from pathlib import Path
 
@@ -48,3 +49,12 @@ def test_fab_holds_every_project_package_its_code_imports_and_no_results_docs_or
     assert not missing, f"imported but not in the FAB (add them to fab-include): {missing}"
     assert "benchmarks" in project and "benchmarks" not in needed  # the check sees project folders
 
+
+
+def test_fab_include_names_the_same_packages_as_the_wheel():
+    """pyproject lists the code packages twice (hatch's wheel, Flower's fab-include): they must agree."""
+    cfg = tomllib.loads((REPO / "pyproject.toml").read_text())
+    wheel = cfg["tool"]["hatch"]["build"]["targets"]["wheel"]["packages"]
+    fab = cfg["tool"]["flwr"]["app"]["fab-include"]
+    assert all(p == f"{p.split('/')[0]}/**/*.py" for p in fab), fab
+    assert sorted(p.split("/")[0] for p in fab) == sorted(wheel), (fab, wheel)

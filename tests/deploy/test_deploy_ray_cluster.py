@@ -68,7 +68,8 @@ def test_flwr_run_simulation_attaches_to_the_cluster(cluster, tmp_path, request)
     summary = json.loads((run_dir / "summary.json").read_text())
     rounds = [json.loads(line) for line in (run_dir / "rounds.jsonl").read_text().splitlines()]
     assert summary["num_rounds"] == 2 and [r["round"] for r in rounds] == [1, 2]
-    assert all(r["num_contributors"] == 10 and r["num_failed"] == 0 for r in rounds), rounds
+    assert all(r["num_contributors"] == 10 and r["num_failed"] == 0 for r in rounds), \
+        f"{rounds}\nround_errors: {summary.get('round_errors')}\n{report()}"
 
     # The simulation's Ray driver attached to this cluster (its core-driver log is in the
     # cluster's session dir) rather than starting a private local Ray ...
