@@ -115,6 +115,13 @@ def dp_frozen_prefix() -> list[dict]:
     return fn(quick=True) if fn else [skipped_row("dp-frozen-prefix", why)]
 
 
+@BENCHMARKS.decorator("dp-head-feature-cache")
+def dp_head_feature_cache() -> list[dict]:
+    """Ultrasound DP-SGD on the classifier of a frozen trunk: cached trunk features over the whole network."""
+    fn, why = _harness("ultrasound_feature_cache")
+    return fn(quick=True) if fn else [skipped_row("dp-head-feature-cache", why)]
+
+
 @BENCHMARKS.decorator("mixnet-round")
 def mixnet_round() -> list[dict]:
     """Wall seconds per simulated mixnet round, N = 32, K = 2, O = 100, mu = 0.1, cover (target <= 4 s, on the value)."""

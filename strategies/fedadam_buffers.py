@@ -2,7 +2,8 @@
 
 FedAdam's server step (Reddi et al. 2021) is meant for parameters; applied to BatchNorm running
 statistics it can drive a running variance negative. Buffers (``buffer_keys``) therefore take the
-weighted mean (FedAvg) while parameters take Flower's FedAdam step.
+weighted mean (FedAvg; a buffer identical in every reply keeps its value exactly, strategies.exact_mean)
+while parameters take Flower's FedAdam step.
 """
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ from collections.abc import Iterable
 
 from flwr.app import Array, ArrayRecord, Message, MetricRecord
 from flwr.serverapp.strategy import FedAdam
-from flwr.serverapp.strategy.strategy_utils import aggregate_arrayrecords
+
+from strategies.exact_mean import exact_weighted_mean
 
 
 class BufferAveragingFedAdam(FedAdam):
@@ -28,6 +30,6 @@ class BufferAveragingFedAdam(FedAdam):
         if arrays is None or not self.buffer_keys:
             return arrays, metrics
         ok = [m.content for m in replies if not m.has_error()]
-        mean = aggregate_arrayrecords(ok, self.weighted_by_key)
+        mean = exact_weighted_mean(ok, self.weighted_by_key)  # a buffer every client left alone stays as it was
         out = {k: (Array(mean[k].numpy()) if k in self.buffer_keys else v) for k, v in arrays.items()}
         return ArrayRecord(out), metrics

@@ -4,7 +4,8 @@ The algorithms are Flower's (``flwr.serverapp.strategy``); strategies.fixed_coho
 K logical clients (one message each; client k on the k-th node modulo the number of nodes, so K
 clients run on K SuperNodes as in the paper or share fewer). Full participation is the paper's
 protocol: a lost or rejected client fails the round loudly instead of shrinking the average.
-FedAdam averages buffers instead of Adam-stepping them (strategies.fedadam_buffers).
+FedAdam averages buffers instead of Adam-stepping them (strategies.fedadam_buffers). An array that every
+client returns unchanged (a frozen backbone under DP-SGD) aggregates to itself exactly (strategies.exact_mean).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from collections.abc import Iterable
 from flwr.app import ArrayRecord, Message, MetricRecord
 from flwr.serverapp.strategy import FedAvg, FedProx
 
+from strategies.exact_mean import ExactConsensusMean
 from strategies.fedadam_buffers import BufferAveragingFedAdam
 from strategies.fixed_cohort import FixedCohort
 
@@ -31,15 +33,15 @@ class FullCohort(FixedCohort):
         return super(FixedCohort, self).aggregate_train(server_round, checked.valid_by_client())  # the algorithm's
 
 
-class UsFedAvg(FullCohort, FedAvg):
+class UsFedAvg(FullCohort, ExactConsensusMean, FedAvg):
     """FedAvg (McMahan et al. 2017) over the fixed cohort."""
 
 
-class UsFedProx(FullCohort, FedProx):
+class UsFedProx(FullCohort, ExactConsensusMean, FedProx):
     """FedProx (Li et al. 2020): Flower transports ``proximal-mu``; the client adds mu/2 ||w - w_t||^2."""
 
 
-class UsFedAdam(FullCohort, BufferAveragingFedAdam):
+class UsFedAdam(FullCohort, ExactConsensusMean, BufferAveragingFedAdam):
     """FedAdam (Reddi et al. 2021) over the fixed cohort."""
 
 

@@ -20,6 +20,7 @@ from torch import nn
 
 from datasets.transforms import ScannerProfile, to_model_input, uint8_to_unit
 from flower_apps.common import seeding
+from flower_apps.ultrasound.features import cached_features, frozen_trunk, trainable_head
 from flower_apps.ultrasound.metrics import classification_metrics
 from privacy.dpsgd import ghost_clipping_backward, ghost_targets, make_private, unwrap
 from privacy.randomness import NoiseSource
@@ -66,6 +67,17 @@ def proximal_term(params: list[torch.Tensor], anchor: list[torch.Tensor]) -> tor
     return sum(((p - a) ** 2).sum() for p, a in zip(params, anchor, strict=True))
 
 
+def _is_identity(prof: ScannerProfile) -> bool:
+    return prof.brightness == (0.0, 0.0) and prof.contrast == (1.0, 1.0) and prof.rotation_deg == 0
+
+
+def _augments(owners: np.ndarray | None, profiles: list[ScannerProfile] | None) -> bool:
+    """Whether :func:`model_input` would transform any of these images (a non-identity scanner profile)."""
+    if profiles is None or owners is None:
+        return False
+    return not all(_is_identity(profiles[int(k)]) for k in np.unique(owners))
+
+
 def model_input(x_u8: torch.Tensor, owners: np.ndarray | None, profiles: list[ScannerProfile] | None,
                 generator: torch.Generator | None, device: torch.device, channels_last: bool = False) -> torch.Tensor:
     """uint8 (n, S, S) -> feature-skew augmentation (per owner's profile, if any) -> normalized (n, 3, S, S),
@@ -74,7 +86,7 @@ def model_input(x_u8: torch.Tensor, owners: np.ndarray | None, profiles: list[Sc
     if profiles is not None and owners is not None and generator is not None:
         for k in np.unique(owners):
             prof = profiles[int(k)]
-            if prof.brightness == (0.0, 0.0) and prof.contrast == (1.0, 1.0) and prof.rotation_deg == 0:
+            if _is_identity(prof):
                 continue
             sel = torch.from_numpy(np.flatnonzero(owners == k)).to(device)
             x[sel] = prof.apply(x[sel], generator)
@@ -107,6 +119,7 @@ def train_local(
     profiles: list[ScannerProfile] | None = None,
     on_epoch_end: Callable[[int, nn.Module], None] | None = None,
     channels_last: bool = False,
+    feature_cache: bool = True,
 ) -> TrainStats:
     """Train ``model`` in place for ``epochs`` epochs on uint8 images ``x`` and labels ``y``.
 
@@ -118,6 +131,9 @@ def train_local(
     DP-SGD only: Opacus' (1.6) per-sample convolution gradients are wrong for channels-last inputs
     (measured: per-example gradients off by as much as their size, while their batch sum stays
     right), so DP-SGD always trains in the default layout.
+    ``feature_cache``: under DP-SGD, when only the classifier trains on a deterministic frozen trunk and no
+    image is augmented, train the classifier on the trunk's features computed once
+    (:mod:`flower_apps.ultrasound.features`: same mathematics, other float rounding).
     """
     n = len(y)
     if n == 0:
@@ -128,6 +144,14 @@ def train_local(
         model.to(memory_format=torch.channels_last)
     params = [p for p in model.parameters() if p.requires_grad]
     anchor = [p.detach().clone() for p in params] if proximal_mu > 0 else None
+    # DP-SGD on the classifier of a frozen trunk: the trunk's features of each image, computed once
+    trained: nn.Module = model
+    feats = None
+    head = trainable_head(model) if feature_cache and dp is not None and not _augments(owners, profiles) else None
+    if head is not None:
+        feats = cached_features(model, head, x, lambda xb: model_input(xb, None, None, None, device))
+        if feats is not None:
+            trained = head
     opt: torch.optim.Optimizer = torch.optim.Adam(params, lr=lr_for_epoch(1))
     g_data = torch.Generator().manual_seed(seed)
     g_aug = torch.Generator().manual_seed(seed + 7)
@@ -135,7 +159,7 @@ def train_local(
     net: nn.Module = model
     pt = None
     if dp is not None:
-        pt = make_private(model, opt, n, batch_size, noise_multiplier=dp.noise_multiplier,
+        pt = make_private(trained, opt, n, batch_size, noise_multiplier=dp.noise_multiplier,
                           max_grad_norm=dp.max_grad_norm, grad_sample_mode=dp.grad_sample_mode, seed=seed,
                           poisson_sampling=dp.poisson_sampling, noise=dp.noise)
         net, opt, loss_fn = pt.model, pt.optimizer, pt.criterion
@@ -149,8 +173,11 @@ def train_local(
             steps += 1
             if len(idx) == 0:  # Poisson sampling can draw an empty batch; Opacus would release pure noise
                 continue
-            xb = model_input(x[idx], None if owners is None else owners[idx.numpy()], profiles, g_aug, device,
-                             channels_last)
+            if feats is not None:
+                xb = feats[idx]
+            else:
+                xb = model_input(x[idx], None if owners is None else owners[idx.numpy()], profiles, g_aug, device,
+                                 channels_last)
             yb = y[idx].to(device)
             opt.zero_grad(set_to_none=True)
             if pt is None:
@@ -191,9 +218,20 @@ def train_local(
 
 
 @torch.no_grad()
-def predict_probs(model: nn.Module, x: torch.Tensor, device: torch.device, batch_size: int = 256) -> np.ndarray:
-    """Softmax class probabilities (n, C) for uint8 images ``x`` (no augmentation)."""
+def predict_probs(model: nn.Module, x: torch.Tensor, device: torch.device, batch_size: int = 256,
+                  feature_cache: bool = True) -> np.ndarray:
+    """Softmax class probabilities (n, C) for uint8 images ``x`` (no augmentation).
+
+    ``feature_cache``: when only the classifier can train (a frozen trunk), the trunk's features of ``x``
+    are computed once per trunk (:mod:`flower_apps.ultrasound.features`), e.g. for the server's
+    per-round evaluation of a DP linear probe.
+    """
     model = unwrap(model).to(device).eval()
+    head = frozen_trunk(model) if feature_cache and len(x) else None
+    if head is not None:
+        feats = cached_features(model, head, x, lambda xb: model_input(xb, None, None, None, device))
+        if feats is not None:
+            return torch.softmax(head(feats).float(), 1).cpu().numpy()
     out = []
     for s in range(0, len(x), batch_size):
         out.append(torch.softmax(model(model_input(x[s : s + batch_size], None, None, None, device)).float(), 1).cpu())
