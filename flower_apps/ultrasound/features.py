@@ -50,18 +50,24 @@ def _stochastic_in_training(module: nn.Module) -> str | None:
     return None
 
 
-def trainable_head(model: nn.Module) -> nn.Module | None:
-    """``model``'s classifier when it holds exactly the trainable parameters and the trunk before it computes
-    the same in training as in evaluation; else None (the whole network must run at every step)."""
+def _classifier(model: nn.Module) -> tuple[nn.Module, set[int]] | None:
+    """A timm model's classifier and the ids of its parameters (None: no split into trunk and classifier)."""
     if not all(hasattr(model, a) for a in ("get_classifier", "forward_features", "forward_head")):
         return None
     head = model.get_classifier()
     if not isinstance(head, nn.Module):
         return None
     head_params = {id(p) for p in head.parameters()}
-    trainable = {id(p) for p in model.parameters() if p.requires_grad}
-    if not head_params or trainable != head_params:
+    return (head, head_params) if head_params else None
+
+
+def trainable_head(model: nn.Module) -> nn.Module | None:
+    """``model``'s classifier when it holds exactly the trainable parameters and the trunk before it computes
+    the same in training as in evaluation; else None (the whole network must run at every step)."""
+    found = _classifier(model)
+    if found is None or {id(p) for p in model.parameters() if p.requires_grad} != found[1]:
         return None
+    head = found[0]
     if float(getattr(model, "drop_rate", 0.0) or 0.0) > 0:  # timm applies it functionally in forward_head
         return None
     in_head = {id(m) for m in head.modules()}
@@ -73,15 +79,10 @@ def trainable_head(model: nn.Module) -> nn.Module | None:
 def frozen_trunk(model: nn.Module) -> nn.Module | None:
     """``model``'s classifier when no parameter outside it trains (for evaluation, where every layer is
     deterministic); else None."""
-    if not all(hasattr(model, a) for a in ("get_classifier", "forward_features", "forward_head")):
+    found = _classifier(model)
+    if found is None or any(p.requires_grad for p in model.parameters() if id(p) not in found[1]):
         return None
-    head = model.get_classifier()
-    if not isinstance(head, nn.Module):
-        return None
-    head_params = {id(p) for p in head.parameters()}
-    if not head_params or any(p.requires_grad for p in model.parameters() if id(p) not in head_params):
-        return None
-    return head
+    return found[0]
 
 
 def _trunk(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
