@@ -125,11 +125,22 @@ def kill_tree(root: Proc) -> None:
         _signal(p, signal.SIGKILL)
 
 
+_HANDED_OUT: set[int] = set()  # every port free_port returned in this process
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that was free a moment ago (bind to port 0, read, close)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
+    """A TCP port that was free a moment ago (bind to port 0, read, close), never one this process was given
+    before: the OS may offer a just-closed port again, and a caller that asks for several ports before
+    starting anything (a Ray node's 20-odd ports, a head and a worker node) needs them distinct. Seen: a Ray
+    head refusing ``--worker-port-list`` with the same port twice."""
+    for _ in range(1000):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind((host, 0))
+            port = int(s.getsockname()[1])
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
+    raise RuntimeError(f"no port on {host} that this process has not handed out already (1000 tries)")
 
 
 @dataclass
