@@ -121,7 +121,8 @@ def run_specs(grid: Grid, args: argparse.Namespace) -> list[dict]:
                         specs += [{**base, **_method_keys(m), "us-dp-sgd": True, "us-max-grad-norm": c,
                                    "us-noise-multiplier": z, **dp_keys} for m in grid.dp_methods if m in methods]
             # Table 15's C x z ablation: on the first DP task only (normal vs abnormal), as in the paper
-            if not args.no_ablation and task == grid.dp_tasks[0] and "fedavg" in methods:
+            # (every ablation run is a DP-SGD run: --no-dp skips it too)
+            if not (args.no_ablation or args.no_dp) and task == grid.dp_tasks[0] and "fedavg" in methods:
                 arch = grid.ablation_arch if not args.archs else args.archs[0]
                 part = "non-iid" if "non-iid" in parts else parts[0]  # the ablation runs on one partition
                 for c in args.ablation_c or grid.ablation_c:
@@ -161,7 +162,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--partitions", nargs="+", choices=["iid", "non-iid", "label", "quantity", "feature"])
     p.add_argument("--archs", nargs="+", help="timm names (default: the grid's)")
     p.add_argument("--methods", nargs="+", choices=METHODS)
-    p.add_argument("--no-dp", action="store_true", help="skip the DP-SGD runs at the operating point")
+    p.add_argument("--no-dp", action="store_true", help="no DP-SGD run: skips the DP point and the C x z ablation")
     p.add_argument("--no-ablation", action="store_true", help="skip the C x z ablation")
     p.add_argument("--dp-only", action="store_true", help="only the DP-SGD runs (the DP point and the ablation)")
     p.add_argument("--ablation-c", type=float, nargs="+", help="clip norms of the ablation (default: the grid's)")

@@ -38,6 +38,14 @@ def test_cpu_grid_size_and_knobs():
         GRIDS["cpu"].ablation_z)
 
 
+def test_no_dp_means_no_dp_sgd_run_not_even_the_ablation():
+    args = ["--grid", "cpu", "--tasks", "normal-vs-abnormal", "--partitions", "non-iid", "--seeds", "1"]
+    assert any(c.dp_sgd for c in build_configs(parse_args(args + ["--no-ablation"])))  # the DP point
+    no_dp = build_configs(parse_args(args + ["--no-dp"]))
+    assert no_dp and not any(c.dp_sgd for c in no_dp)
+    assert no_dp == build_configs(parse_args(args + ["--no-dp", "--no-ablation"]))
+
+
 def test_paper_grid_uses_the_paper_preset_and_all_backbones():
     cfgs = build_configs(parse_args(["--grid", "paper", "--seeds", "1", "--no-ablation", "--no-dp"]))
     assert {c.arch for c in cfgs} == set(GRIDS["paper"].archs)
