@@ -74,6 +74,7 @@ def train(msg: Message, context: Context) -> Message:
         "num-examples": int(len(y)), "client-id": cid, "client-ids": [cid], "train-loss": stats.loss,
         "steps": stats.steps,
         "train-seconds": stats.seconds, "step-seconds": stats.step_seconds, "lr": lr, "proximal-mu": mu,
+        "trunk-cached": int(stats.trunk_cached),
         "sample-rate": stats.sample_rate or 0.0, "noise-multiplier": cfg.noise_multiplier if cfg.dp_sgd else 0.0,
         "handler-seconds": time.perf_counter() - t0, "cuda": int(device.type == "cuda"),
     })
@@ -102,6 +103,7 @@ def _local_only(msg, cfg, cid, model, x, y, owners, data, device, t0, context) -
     rec = {"num-examples": int(len(y)), "client-id": cid, "client-ids": [cid], "train-loss": stats.loss,
            "steps": stats.steps,
            "train-seconds": stats.seconds, "step-seconds": stats.step_seconds,
+           "trunk-cached": int(stats.trunk_cached),
            "sample-rate": stats.sample_rate or 0.0, "noise-multiplier": cfg.noise_multiplier if cfg.dp_sgd else 0.0,
            "acc-curve": curve, "handler-seconds": time.perf_counter() - t0,
            "confusion": [v for row in test["confusion"] for v in row]}

@@ -114,8 +114,10 @@ def epsilon_figure(rows: list[dict], path: Path) -> None:
 
 
 def write_paper_tables(nodp: list[dict], dp: list[dict], summaries: list[dict], out: Path,
-                       write_table: Callable[..., str], caveat: str) -> str:
-    """Table 11 per architecture, Tables 12-14 per task, Table 1 + Figure 3; returns their Markdown."""
+                       write_table: Callable[..., str], caveat: str, dp_note: str = "") -> str:
+    """Table 11 per architecture, Tables 12-14 per task, Table 1 + Figure 3; returns their Markdown.
+
+    ``dp_note`` precedes ``caveat`` under Tables 12-14 (what their step-time column means)."""
     md = ""
     if nodp:
         md += write_table(per_arch_rows(nodp), out / "table11_per_arch",
@@ -124,7 +126,7 @@ def write_paper_tables(nodp: list[dict], dp: list[dict], summaries: list[dict], 
     for num, rows in sorted(dp_cost_rows(nodp, dp).items()):
         md += write_table(rows, out / f"table{num}_dp" if num else out / "table_dp_other",
                           f"Table {num or '12-14'} style: DP-SGD on {names[num]} (cost = no-DP minus DP, points)",
-                          caveat) + "\n"
+                          f"{dp_note} {caveat}".strip()) + "\n"
     eps = epsilon_rows(summaries)
     md += write_table(eps, out / "table1_epsilon", "Table 1 style: epsilon vs eta (per client, delta as listed)",
                       "eps paper sqrt(T): the paper's basic-composition estimate sqrt(T) sqrt(2 ln(1.25/delta)) / eta "

@@ -156,9 +156,13 @@ def server_main(grid: Grid, cfg: UltrasoundConfig) -> dict:
 def _timing(round_seconds: list[float], client_rows: list[dict]) -> dict:
     steps = [r["step-seconds"] for r in client_rows if r.get("steps")]
     train = [r["train-seconds"] for r in client_rows]
+    cached = [r["trunk-cached"] for r in client_rows if "trunk-cached" in r]
     return {"mean_round_seconds": float(np.mean(round_seconds)) if round_seconds else math.nan,
             "mean_step_seconds": float(np.mean(steps)) if steps else math.nan,
             "mean_client_train_seconds": float(np.mean(train)) if train else math.nan,
+            # share of client trainings whose classifier trained on cached trunk features (their step time is
+            # a classifier step, not a whole-network one); None: a client did not say (older runs)
+            "trunk_cached_share": float(np.mean(cached)) if cached and len(cached) == len(client_rows) else None,
             "round_seconds": round_seconds}
 
 
@@ -268,7 +272,7 @@ def _centralized(cfg: UltrasoundConfig, model, data: UltrasoundData, device):
     if dp is not None:
         ledger.record(cfg.noise_multiplier, stats.sample_rate, stats.steps)
     timing = _timing(round_seconds, [{"steps": stats.steps, "step-seconds": stats.step_seconds,
-                                      "train-seconds": stats.seconds}])
+                                      "train-seconds": stats.seconds, "trunk-cached": int(stats.trunk_cached)}])
     return rounds, _per_client_eval(model, data, device), final, {0: ledger}, timing
 
 

@@ -49,6 +49,7 @@ class TrainStats:
     steps: int
     seconds: float
     sample_rate: float | None  # DP-SGD Poisson rate q (None without DP)
+    trunk_cached: bool = False  # the classifier trained on trunk features computed once (features.py)
 
     @property
     def step_seconds(self) -> float:
@@ -214,7 +215,8 @@ def train_local(
     seconds = time.perf_counter() - t0
     if pt is not None and hasattr(pt.model, "_close"):
         pt.model._close()  # remove Opacus hooks so the module can be reused
-    return TrainStats(total / max(seen, 1), seen, steps, seconds, pt.sample_rate if pt is not None else None)
+    return TrainStats(total / max(seen, 1), seen, steps, seconds, pt.sample_rate if pt is not None else None,
+                      trunk_cached=feats is not None)
 
 
 @torch.no_grad()

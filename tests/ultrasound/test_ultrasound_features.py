@@ -72,6 +72,7 @@ def test_dp_sgd_on_cached_features_is_the_same_run(mode, tmp_path):
                                 dp=settings, feature_cache=cache)
         out[cache] = copy.deepcopy(m.state_dict())
         steps[cache] = (stats.steps, stats.examples)
+        assert stats.trunk_cached is cache  # what the run's summary reports (timing.trunk_cached_share)
     assert steps[True] == steps[False]
     moved = False
     for k, v in out[False].items():
@@ -145,6 +146,7 @@ def test_augmented_images_are_never_cached(tmp_path):
         features.clear_cache()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            train_local(lite0(), x, y, epochs=1, batch_size=4, lr_for_epoch=lambda e: 0.05, device=CPU, seed=0,
-                        dp=DpSettings(1.0, 0.5, noise=NoiseSource(str(secret))), owners=owners, profiles=profiles)
-        assert bool(features._CACHE) is cached
+            stats = train_local(lite0(), x, y, epochs=1, batch_size=4, lr_for_epoch=lambda e: 0.05, device=CPU,
+                                seed=0, dp=DpSettings(1.0, 0.5, noise=NoiseSource(str(secret))), owners=owners,
+                                profiles=profiles)
+        assert bool(features._CACHE) is cached and stats.trunk_cached is cached

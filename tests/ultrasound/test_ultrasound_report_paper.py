@@ -8,6 +8,7 @@ import math
 import pytest
 
 from flower_apps.common.stats import summarize
+from flower_apps.ultrasound.report import _step_ratio
 from flower_apps.ultrasound.report_paper import (PAPER_SCALE, dp_cost_rows, epsilon_rows, per_arch_rows,
                                                  write_paper_tables)
 from privacy.dpsgd import DpSgdEvent, rdp_epsilon
@@ -71,3 +72,15 @@ def test_write_paper_tables_writes_files(tmp_path):
         assert (tmp_path / f"{stem}.csv").is_file() and (tmp_path / f"{stem}.md").is_file()
     assert (tmp_path / "figure3_epsilon_vs_eta.png").is_file()
     assert "Table 12 style" in md and "Table 1 style" in md
+
+
+def test_the_step_time_ratio_says_when_it_is_not_dp_sgd_overhead():
+    def run(step, trainable, cached):
+        return {"num_trainable": trainable, "timing": {"mean_step_seconds": step, "trunk_cached_share": cached}}
+
+    base = (2.0, 1000)  # the non-DP run: 2 s per step, every layer trains
+    assert _step_ratio([run(5.0, 1000, 0.0), run(3.0, 1000, 0.0)], base) == "2x"  # same training: DP's overhead
+    assert _step_ratio([run(0.8, 10, 0.0)], base) == "0.4x (head only)"
+    assert _step_ratio([run(0.01, 10, 1.0), run(0.03, 10, None)], base) == "0.01x (head only, cached trunk)"
+    assert _step_ratio([run(0.01, 10, None)], base) == "0.005x (head only)"  # an older run: cache unknown
+    assert _step_ratio([run(1.0, 1000, 0.0)], None) == "-"  # no matching non-DP run: nothing invented

@@ -52,6 +52,7 @@ def test_federated_fedadam_with_dp_sgd(tmp_path, fake_grid_cls):
     rounds = read_jsonl(out / "rounds.jsonl")
     assert [r["round"] for r in rounds] == [1, 2] and all(r["clients_replied"] == 2 for r in rounds)
     assert all(r["round_seconds"] > 0 and r["step_seconds_mean"] > 0 for r in rounds)
+    assert s["timing"]["trunk_cached_share"] == 0.0  # every client said; the whole network trained (frozen-bn)
     for f in ("summary.json", "config.json", "table2_partition.md", "metrics.csv", "per_client.md", "accounting.md",
               "communication.md", "dp_model_changes.csv", "confusion_matrix.csv", "confusion_matrix.png",
               "convergence.png"):
