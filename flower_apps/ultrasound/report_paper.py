@@ -56,6 +56,7 @@ def dp_cost_rows(nodp: list[dict], dp: list[dict]) -> dict[int, list[dict]]:
         row = {"scale": r["scale"], "partition": r["partition"], "arch": r["arch"], "method": r["method"],
                "DP-SGD": r["DP-SGD"], "seeds": r["seeds"], "DP acc (%)": r["accuracy (%)"],
                "DP F1 (%)": r["f1 (%)"], "DP AUC (%)": r["auc (%)"],
+               "no-DP seeds": b["seeds"] if b else 0,
                "no-DP acc (%)": b["accuracy (%)"] if b else "-", "no-DP AUC (%)": b["auc (%)"] if b else "-",
                "DP cost acc (pp)": f"{b['_accuracy'].mean - r['_accuracy'].mean:+.2f}" if b else "-",
                "DP cost AUC (pp)": f"{b['_auc'].mean - r['_auc'].mean:+.2f}" if b else "-",

@@ -40,8 +40,9 @@ def test_tables_12_to_14_split_by_task_with_the_cost_in_points():
     t = dp_cost_rows(nodp, dp)
     assert sorted(t) == [12, 13, 14]
     assert t[12][0]["DP cost acc (pp)"] == "+6.00" and t[12][0]["DP cost AUC (pp)"] == "+5.00"
+    assert t[12][0]["no-DP seeds"] == 2  # the reader sees how many runs each side of the cost averages
     assert t[13][0]["DP cost acc (pp)"] == "+10.00"
-    assert t[14][0]["DP cost acc (pp)"] == "-"  # no matching non-DP run: not invented
+    assert t[14][0]["DP cost acc (pp)"] == "-" and t[14][0]["no-DP seeds"] == 0  # no non-DP run: not invented
 
 
 def test_table1_paper_formula_by_hand_and_rdp_from_the_accountant():
