@@ -7,7 +7,8 @@ clients; one message each). Every mode evaluates on the shared global test set a
 each round (or round-equivalent) and evaluates the final model(s) per client.
 
 Folder: config.json, model.json, rounds.jsonl, summary.json, table2_partition, metrics,
-per_client, accounting (DP), communication tables (CSV + Markdown) and figures.
+per_client, accounting (DP), communication tables (CSV + Markdown) and figures; while a federated run
+is unfinished, round_checkpoint.pt (strategies.resume: a rerun continues after its last finished round).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import torch
 from flwr.app import ArrayRecord, ConfigRecord, MetricRecord
 from flwr.serverapp import Grid
 
-from flower_apps.common.results import open_run_folder, atomic_write_json, atomic_write_jsonl, run_finished, run_folder, run_hash
+from flower_apps.common.results import open_run_folder, atomic_write_bytes, atomic_write_json, atomic_write_jsonl, run_finished, run_folder, run_hash
 from flower_apps.common.torch_utils import pick_device, record_to_state, save_state_dict, state_to_record
 from flower_apps.ultrasound import audit
 from flower_apps.ultrasound.config import ACTION, UltrasoundConfig
@@ -37,6 +38,8 @@ from privacy.dpsgd import DpSgdLedger, paper_sqrt_t_bound, rdp_epsilon
 from privacy.randomness import NoiseSource
 from strategies.base import FastGrid
 from strategies.cohorts import build_train_messages, exchange, plan_cohorts, wait_for_nodes
+from strategies.resume import (CHECKPOINT, checkpoint_arrays, drop_checkpoint, encode_checkpoint, load_checkpoint,
+                               restore_strategy_state, start_from_round)
 
 log = logging.getLogger("flwr")
 BYTES_PER_PARAM = 4  # float32
@@ -150,6 +153,7 @@ def server_main(grid: Grid, cfg: UltrasoundConfig) -> dict:
     summary.update(deployment)  # node-local runs: which node held which clients, which nodes failed and why
     write_run_outputs(out, summary, rounds, data.partition_rows(), info)
     atomic_write_json(out / "summary.json", summary)  # last: its presence marks the run complete
+    drop_checkpoint(out)
     return summary
 
 
@@ -198,6 +202,17 @@ def _federated(grid: Grid, cfg: UltrasoundConfig, model, initial: ArrayRecord, d
     last = {"t": time.perf_counter()}
     out = run_dir(cfg)
     round_seconds: list[float] = []
+    # Round checkpoints (strategies.resume): a rerun of this config continues after its last finished round.
+    # Not with canaries: the audit's observations of earlier rounds live in this process only.
+    resumable = not audit.is_audited(cfg)
+    ck = load_checkpoint(out, run_hash(cfg)) if resumable else None
+    resumed: list[int] = []
+    if ck is not None:
+        initial = checkpoint_arrays(ck)
+        restore_strategy_state(strategy, ck["strategy"])
+        rounds, round_seconds, resumed = ck["extra"]["rounds"], ck["extra"]["round_seconds"], ck["extra"]["resumed"]
+        resumed = resumed + [ck["round"]]
+        log.info("[%s] resuming after round %d of %d (round checkpoint)", out.name, ck["round"], cfg.num_rounds)
 
     def evaluate_fn(server_round: int, arrays: ArrayRecord) -> MetricRecord:
         model.load_state_dict({k: v.to(device) for k, v in record_to_state(arrays).items()})
@@ -217,12 +232,17 @@ def _federated(grid: Grid, cfg: UltrasoundConfig, model, initial: ArrayRecord, d
             "step_seconds_mean": float(np.mean([m["step-seconds"] for m in cm])) if cm else math.nan,
             "clients_replied": len(cm)}))
         atomic_write_jsonl(out / "rounds.jsonl", rounds)
+        if resumable and server_round < cfg.num_rounds:
+            atomic_write_bytes(out / CHECKPOINT, encode_checkpoint(
+                run_hash(cfg), server_round, arrays, strategy,
+                {"rounds": rounds, "round_seconds": round_seconds, "resumed": resumed}))
         log.info("[%s] round %d/%d  acc %.4f  f1 %.4f  (%.1fs)", out.name, server_round, cfg.num_rounds,
                  test["accuracy"], test["f1"], round_seconds[-1])
         return MetricRecord({"test-accuracy": test["accuracy"]})
 
-    result = strategy.start(FastGrid(grid), initial, num_rounds=cfg.num_rounds, timeout=cfg.round_timeout,
-                            train_config=ConfigRecord({"run-config": cfg.to_json()}), evaluate_fn=evaluate_fn)
+    result = start_from_round(strategy, FastGrid(grid), initial, first_round=ck["round"] + 1 if ck else 1,
+                              num_rounds=cfg.num_rounds, timeout=cfg.round_timeout,
+                              train_config=ConfigRecord({"run-config": cfg.to_json()}), evaluate_fn=evaluate_fn)
     model.load_state_dict({k: v.to(device) for k, v in record_to_state(result.arrays).items()})
     # The released global model (keys of models.model_skeleton), for flower_apps/ultrasound/attacks.py.
     save_state_dict(model, run_dir(cfg) / "final_model.pt")
@@ -232,7 +252,9 @@ def _federated(grid: Grid, cfg: UltrasoundConfig, model, initial: ArrayRecord, d
     if cfg.dp_sgd:
         for m in all_rows:
             ledgers[int(m["client-id"])].record(m["noise-multiplier"], m["sample-rate"], int(m["steps"]))
-    return rounds, _per_client_eval(model, data, device), final, ledgers, _timing(round_seconds, all_rows)
+    timing = _timing(round_seconds, all_rows)
+    timing["resumed_after_rounds"] = resumed  # wall_seconds then counts only this process's rounds
+    return rounds, _per_client_eval(model, data, device), final, ledgers, timing
 
 
 def _centralized(cfg: UltrasoundConfig, model, data: UltrasoundData, device):

@@ -1,0 +1,166 @@
+"""Resume Flower's round loop after a finished round: the strategy's state, a round offset, a checkpoint file.
+
+A federated run that stops (a killed sweep, a session's end, a crash) keeps every finished round: after
+round r the ServerApp writes a checkpoint (the global arrays, the strategy's state, the study's own
+per-round rows); a rerun of the same config starts at round r + 1 instead of round 1.
+
+What makes the resumed run the same run:
+
+- the round loop is still Flower's ``Strategy.start``; :func:`start_from_round` runs it over a thin
+  adapter that adds the offset to every round number the strategy sees, so round-dependent arithmetic
+  (FedAdam's bias correction, the clients' per-round seeds and lr schedule from ``server-round``) sees
+  the true round;
+- the strategy's state across rounds is saved and restored: the FedOpt family's server moments
+  (``m_t``, ``v_t``), the per-round client metrics (the DP ledger and timing are built from them) and
+  contributors.
+  Everything else a strategy here holds is rebuilt each round (``current_arrays``, the round's checked
+  replies). A strategy with other cross-round state must add it to :data:`STATE_ATTRS`.
+
+The study writes the checkpoint atomically (:func:`encode_checkpoint` gives its bytes); it is loaded with
+``torch.load(weights_only=True)`` (tensors, strings, numbers only: no pickle of arbitrary objects); it
+names the config it belongs to (``run_hash``), and a checkpoint of another config is ignored, never
+resumed from.
+
+Whom it concerns: the checkpoint holds what the server already holds (the global model, the metrics the
+clients reported); it stays in the server's run folder.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord
+from flwr.serverapp import Grid
+from flwr.serverapp.strategy import Result, Strategy
+
+log = logging.getLogger(__name__)
+
+CHECKPOINT = "round_checkpoint.pt"
+FORMAT = 1
+STATE_ATTRS = ("m_t", "v_t")  # flwr.serverapp.strategy.fedopt: the server optimizer's moments
+
+
+def strategy_state(strategy: Strategy) -> dict[str, Any]:
+    """What ``strategy`` carries from one round to the next, as tensors and JSON text."""
+    state: dict[str, Any] = {}
+    for name in STATE_ATTRS:
+        value = getattr(strategy, name, None)
+        if value is not None:
+            state[name] = {k: torch.from_numpy(np.array(v, copy=True)) for k, v in value.items()}
+    metrics = getattr(strategy, "client_metrics", None)
+    if metrics is not None:  # strategies.fixed_cohort: {round: {client: {metric: value}}}
+        state["client_metrics"] = json.dumps({str(r): {str(c): dict(m) for c, m in per.items()}
+                                              for r, per in metrics.items()})
+    contributors = getattr(strategy, "contributors", None)
+    if contributors is not None:  # strategies.fixed_cohort: {round: [client, ...]}
+        state["contributors"] = json.dumps({str(r): list(c) for r, c in contributors.items()})
+    return state
+
+
+def restore_strategy_state(strategy: Strategy, state: dict[str, Any]) -> None:
+    """Put :func:`strategy_state`'s output back into a freshly built strategy of the same kind."""
+    for name in STATE_ATTRS:
+        if name in state:
+            if not hasattr(strategy, name):
+                raise ValueError(f"the checkpoint holds {name!r}, which {type(strategy).__name__} does not have")
+            setattr(strategy, name, {k: v.numpy().copy() for k, v in state[name].items()})
+    if "client_metrics" in state:
+        strategy.client_metrics = {int(r): {int(c): m for c, m in per.items()}
+                                   for r, per in json.loads(state["client_metrics"]).items()}
+    if "contributors" in state:
+        strategy.contributors = {int(r): list(c) for r, c in json.loads(state["contributors"]).items()}
+
+
+class _FromRound(Strategy):
+    """``inner`` seen by Flower's round loop as rounds 1, 2, ... while it works on rounds offset + 1, ..."""
+
+    def __init__(self, inner: Strategy, offset: int) -> None:
+        self.inner, self.offset = inner, offset
+
+    def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
+                        grid: Grid) -> Iterable[Message]:
+        return self.inner.configure_train(server_round + self.offset, arrays, config, grid)
+
+    def aggregate_train(self, server_round: int,
+                        replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        return self.inner.aggregate_train(server_round + self.offset, replies)
+
+    def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
+                           grid: Grid) -> Iterable[Message]:
+        return self.inner.configure_evaluate(server_round + self.offset, arrays, config, grid)
+
+    def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
+        return self.inner.aggregate_evaluate(server_round + self.offset, replies)
+
+    def summary(self) -> None:
+        self.inner.summary()
+
+
+def start_from_round(strategy: Strategy, grid: Grid, arrays: ArrayRecord, *, first_round: int, num_rounds: int,
+                     timeout: float, train_config: ConfigRecord | None = None,
+                     evaluate_fn: Callable[[int, ArrayRecord], MetricRecord | None] | None = None) -> Result:
+    """``strategy.start`` for rounds ``first_round`` .. ``num_rounds`` from ``arrays`` (the global model after
+    round ``first_round - 1``). ``evaluate_fn`` sees true round numbers, and 0 once before the first round.
+    ``first_round`` past ``num_rounds`` (every round was done): no round runs, ``arrays`` is the result."""
+    if first_round < 1:
+        raise ValueError(f"first_round must be >= 1, got {first_round}")
+    if first_round == 1:
+        return strategy.start(grid, arrays, num_rounds, timeout, train_config, evaluate_fn=evaluate_fn)
+    if first_round > num_rounds:
+        return Result(arrays=arrays)
+    offset = first_round - 1
+    view = strategy.prepare_grid(grid) if hasattr(strategy, "prepare_grid") else grid
+    shifted = None if evaluate_fn is None else (lambda r, a: evaluate_fn(r + offset if r else 0, a))
+    log.info("resuming at round %d of %d", first_round, num_rounds)
+    return Strategy.start(_FromRound(strategy, offset), view, arrays, num_rounds - offset, timeout, train_config,
+                          evaluate_fn=shifted)
+
+
+def encode_checkpoint(run_id: str, finished_round: int, arrays: ArrayRecord, strategy: Strategy,
+                      extra: dict[str, Any]) -> bytes:
+    """The state after ``finished_round`` as bytes for the run folder's :data:`CHECKPOINT` (write them
+    atomically: ``flower_apps.common.results.atomic_write_bytes``); ``extra`` is JSON-able (the study's rows).
+
+    ``arrays`` is the global ArrayRecord as the round loop holds it, kept with its dtypes (Flower's FedAdam
+    returns float64 arrays under numpy 2: a float32 copy would change the next round's update in the last
+    bits)."""
+    buf = io.BytesIO()
+    torch.save({"format": FORMAT, "run": run_id, "round": int(finished_round),
+                "arrays": {k: torch.from_numpy(np.array(a.numpy(), copy=True)) for k, a in arrays.items()},
+                "strategy": strategy_state(strategy), "extra": json.dumps(extra)}, buf)
+    return buf.getvalue()
+
+
+def load_checkpoint(folder: str | Path, run_id: str) -> dict[str, Any] | None:
+    """The checkpoint in ``folder`` if it belongs to ``run_id`` (else None, with a log line saying why)."""
+    path = Path(folder) / CHECKPOINT
+    if not path.is_file():
+        return None
+    try:
+        ck = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # a file we cannot read is not resumed from; the run starts at round 1
+        log.warning("round checkpoint %s unreadable (%s); starting at round 1", path, e)
+        return None
+    if ck.get("format") != FORMAT or ck.get("run") != run_id:
+        log.warning("round checkpoint %s belongs to run %s (format %s), not %s; starting at round 1",
+                    path, ck.get("run"), ck.get("format"), run_id)
+        return None
+    ck["extra"] = json.loads(ck["extra"])
+    return ck
+
+
+def checkpoint_arrays(ck: dict[str, Any]) -> ArrayRecord:
+    """The global ArrayRecord a checkpoint holds (names, order and dtypes as saved)."""
+    return ArrayRecord({k: Array(np.array(t.numpy(), copy=True, order="C")) for k, t in ck["arrays"].items()})
+
+
+def drop_checkpoint(folder: str | Path) -> None:
+    """Remove the checkpoint (the run finished: its summary is written)."""
+    (Path(folder) / CHECKPOINT).unlink(missing_ok=True)
