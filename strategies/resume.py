@@ -128,9 +128,9 @@ def encode_checkpoint(run_id: str, finished_round: int, arrays: ArrayRecord, str
     """The state after ``finished_round`` as bytes for the run folder's :data:`CHECKPOINT` (write them
     atomically: ``flower_apps.common.results.atomic_write_bytes``); ``extra`` is JSON-able (the study's rows).
 
-    ``arrays`` is the global ArrayRecord as the round loop holds it, kept with its dtypes (Flower's FedAdam
-    returns float64 arrays under numpy 2: a float32 copy would change the next round's update in the last
-    bits)."""
+    ``arrays`` is the global ArrayRecord as the round loop holds it, kept with its dtypes (a strategy may
+    hold its model in another dtype than the model's, e.g. Flower's own FedAdam in float64 under numpy 2;
+    a cast would change the next round's update in the last bits)."""
     buf = io.BytesIO()
     torch.save({"format": FORMAT, "run": run_id, "round": int(finished_round),
                 "arrays": {k: torch.from_numpy(np.array(a.numpy(), copy=True)) for k, a in arrays.items()},

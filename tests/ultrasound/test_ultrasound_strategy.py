@@ -67,6 +67,11 @@ def test_fedadam_steps_parameters_but_averages_buffers(fake_grid_cls):
     ref_arrays, _ = ref.aggregate_train(1, replies)
     np.testing.assert_allclose(arrays["w"].numpy(), ref_arrays["w"].numpy(), rtol=1e-6)
     assert not np.allclose(arrays["w"].numpy(), [0.5, 3.5])  # not the plain mean
+    # Flower's step comes out in float64 (numpy 2 promotion); the global model stays in the dtype it was sent in,
+    # rounded once from Flower's value
+    assert ref_arrays["w"].numpy().dtype == np.float64
+    assert {k: a.numpy().dtype for k, a in arrays.items()} == {k: a.numpy().dtype for k, a in ARRAYS.items()}
+    np.testing.assert_array_equal(arrays["w"].numpy(), ref_arrays["w"].numpy().astype(np.float32))
     # plain FedAdam would move the running variance by an Adam step instead
     assert not np.allclose(ref_arrays["bn.running_var"].numpy(), arrays["bn.running_var"].numpy())
 
