@@ -11,6 +11,7 @@ from flwr.serverapp import Grid, ServerApp
 from flwr.simulation import run_simulation
 
 from flower_apps.common.logs import flower_logs_once
+from flower_apps.common.results import RunInProgress
 from flower_apps.router import make_client_app, make_server_app, prepare
 
 
@@ -51,14 +52,19 @@ def run_many_in_process(configs: list[Any], server_main: Callable[[Grid, Any], d
     """Run several already-validated configs in ONE simulation (one Ray start-up).
 
     Clients are stateless (they read the config from each message), so consecutive runs
-    share the virtual SuperNodes. Each run writes its own results folder as it finishes.
+    share the virtual SuperNodes. Each run writes its own results folder as it finishes. A run whose
+    folder another process is writing (a second sweep over an overlapping grid) is skipped, not shared.
     """
     app = ServerApp()
 
     @app.main()
     def main(grid: Grid, context: Context) -> None:
         for cfg in configs:
-            summary = server_main(grid, cfg)
+            try:
+                summary = server_main(grid, cfg)
+            except RunInProgress as e:  # another process (a second sweep) is writing it: leave it to that one
+                print(f"skipped: {e}", flush=True)
+                continue
             if on_done:
                 on_done(cfg, summary)
 

@@ -127,17 +127,64 @@ def check_run_folder(folder: str | Path, cfg: Any) -> None:
             f"to keep both, or delete the folder to replace it")
 
 
+RUN_LOCK = ".run.lock"
+_HELD: dict[Path, int] = {}  # run folder -> fd of its lock file, held by this process
+
+
+class RunInProgress(RuntimeError):
+    """Another process is writing this run folder (it holds the folder's lock)."""
+
+
+def _lock_run_folder(out: Path) -> None:
+    """Hold ``out``'s lock for this process, releasing the run folder it held before.
+
+    Two processes must never write one run folder (two sweeps over overlapping grids: the second would
+    resume the first's round checkpoint and both would overwrite the same files). ``fcntl.flock`` on
+    ``<folder>/.run.lock``: the kernel drops it when the process ends, crash included, so no stale lock
+    survives. The study releases it when the run is written (:func:`close_run_folder`); a process writes
+    one run at a time, so opening the next run's folder also releases a lock left by a run that failed;
+    reopening the folder it holds keeps it. Where ``fcntl`` is missing (Windows) nothing is
+    locked.
+    """
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not on the platforms this project runs on
+        return
+    key = out.resolve()
+    if key in _HELD:
+        return
+    fd = os.open(key / RUN_LOCK, os.O_CREAT | os.O_RDWR, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise RunInProgress(f"run folder {out} is being written by another process (it holds {RUN_LOCK}); "
+                            f"wait for it, or stop it and rerun to resume") from None
+    for old in list(_HELD):
+        os.close(_HELD.pop(old))  # closing the descriptor releases its flock
+    _HELD[key] = fd
+
+
+def close_run_folder(folder: str | Path) -> None:
+    """Release ``folder``'s lock (the run is written: its summary is there). Safe to call twice."""
+    fd = _HELD.pop(Path(folder).resolve(), None)
+    if fd is not None:
+        os.close(fd)
+
+
 def open_run_folder(folder: str | Path, cfg: Any) -> Path:
-    """Create a run's folder and write its resolved config (call it only after the data validated).
+    """Create a run's folder, take its lock and write its resolved config (call it only after the data
+    validated).
 
     Refuses, before writing anything, a folder holding another config's finished run
-    (:func:`check_run_folder`).
+    (:func:`check_run_folder`) and one that another process is writing (:class:`RunInProgress`).
     """
     import dataclasses
 
     check_run_folder(folder, cfg)
     out = Path(folder)
     out.mkdir(parents=True, exist_ok=True)
+    _lock_run_folder(out)
     atomic_write_json(out / "config.json", dataclasses.asdict(cfg))
     return out
 

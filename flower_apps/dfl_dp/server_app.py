@@ -15,8 +15,9 @@ from pathlib import Path
 from flwr.app import ArrayRecord, MetricRecord
 from flwr.serverapp import Grid
 
-from flower_apps.common.results import (open_run_folder, atomic_write_json, atomic_write_jsonl, atomic_write_text, run_finished,
-                                        run_folder, run_hash)
+from flower_apps.common.results import (
+    atomic_write_json, atomic_write_jsonl, atomic_write_text, close_run_folder, open_run_folder, run_finished,
+    run_folder, run_hash)
 from flower_apps.common.torch_utils import pick_device, record_to_state, save_state_dict, state_to_record
 from flower_apps.dfl_dp.config import ACTION, DflDpConfig
 from flower_apps.common.node_data import PlacedGrid, RoundErrors, discover, node_of
@@ -178,6 +179,7 @@ def server_main(grid: Grid, cfg: DflDpConfig) -> dict:
                             **{tm: {k: v[k] for k in ("eps_lower", "eps_point")}
                                for tm, v in audit["threat_models"].items()}}
     atomic_write_json(out / "summary.json", summary)
+    close_run_folder(out)
     return summary
 
 

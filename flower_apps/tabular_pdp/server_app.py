@@ -24,7 +24,8 @@ from flwr.app import ArrayRecord
 from flwr.serverapp import Grid
 
 from datasets.cancer import describe_source
-from flower_apps.common.results import open_run_folder, atomic_write_json, atomic_write_jsonl, run_finished, run_folder, run_hash
+from flower_apps.common.results import (
+    atomic_write_json, atomic_write_jsonl, close_run_folder, open_run_folder, run_finished, run_folder, run_hash)
 from flower_apps.common.torch_utils import record_to_state, save_state_dict, state_to_record
 from flower_apps.common.node_data import PlacedGrid, RoundErrors, discover, node_of
 from flower_apps.tabular_pdp.config import ACTION, TabularPdpConfig
@@ -281,6 +282,7 @@ def server_main(grid: Grid, cfg: TabularPdpConfig) -> dict:
     if audits:
         atomic_write_json(out / "audit.json", audits)
     atomic_write_json(out / "summary.json", summary)
+    close_run_folder(out)
     return summary
 
 

@@ -24,7 +24,9 @@ import torch
 from flwr.app import ArrayRecord, ConfigRecord, MetricRecord
 from flwr.serverapp import Grid
 
-from flower_apps.common.results import open_run_folder, atomic_write_bytes, atomic_write_json, atomic_write_jsonl, run_finished, run_folder, run_hash
+from flower_apps.common.results import (
+    atomic_write_bytes, atomic_write_json, atomic_write_jsonl, close_run_folder, open_run_folder, run_finished,
+    run_folder, run_hash)
 from flower_apps.common.torch_utils import pick_device, record_to_state, save_state_dict, state_to_record
 from flower_apps.ultrasound import audit
 from flower_apps.ultrasound.config import ACTION, UltrasoundConfig
@@ -154,6 +156,7 @@ def server_main(grid: Grid, cfg: UltrasoundConfig) -> dict:
     write_run_outputs(out, summary, rounds, data.partition_rows(), info)
     atomic_write_json(out / "summary.json", summary)  # last: its presence marks the run complete
     drop_checkpoint(out)
+    close_run_folder(out)
     return summary
 
 

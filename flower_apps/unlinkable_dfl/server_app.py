@@ -29,7 +29,8 @@ from flwr.app import ArrayRecord, ConfigRecord
 from flwr.serverapp import Grid
 
 from attacks.linking.content import CuriousRecipientRecorder
-from flower_apps.common.results import open_run_folder, atomic_write_json, atomic_write_jsonl, run_finished, run_folder, run_hash
+from flower_apps.common.results import (
+    atomic_write_json, atomic_write_jsonl, close_run_folder, open_run_folder, run_finished, run_folder, run_hash)
 from flower_apps.common.torch_utils import record_to_state, state_to_record
 from flower_apps.unlinkable_dfl.config import ACTION, UdflConfig
 from flower_apps.common.node_data import RoundErrors, discover
@@ -198,6 +199,7 @@ def _run_rounds(grid, cfg, out, t_start, plan, init, num_values, layout, models,
     if curious is not None:
         summary["content_linking"] = curious.analyse()
     atomic_write_json(out / "summary.json", summary)
+    close_run_folder(out)
     return summary
 
 

@@ -231,3 +231,51 @@ def test_a_results_folder_can_move_and_older_runs_stay_finished(tmp_path):
     legacy = config_hash(dataclasses.asdict(there))
     atomic_write_json(folder / "summary.json", {"config_hash": legacy})
     assert run_finished(folder, there) and not run_finished(folder, dataclasses.replace(there, lr=0.5))
+
+
+def test_a_run_folder_another_process_writes_is_refused_and_a_sweep_skips_it(tmp_path, monkeypatch, capsys):
+    import fcntl
+    import os
+
+    from flower_apps.common.results import RUN_LOCK, RunInProgress, close_run_folder, open_run_folder, run_folder
+
+    a, b = _Run("a", str(tmp_path)), _Run("b", str(tmp_path))
+    fa, fb = run_folder("s", a), run_folder("s", b)
+    fa.mkdir(parents=True)
+    other = os.open(fa / RUN_LOCK, os.O_CREAT | os.O_RDWR)  # "another process": its own open file description
+    fcntl.flock(other, fcntl.LOCK_EX)
+    with pytest.raises(RunInProgress, match=f"run folder {fa} is being written by another process"):
+        open_run_folder(fa, a)
+    assert not (fa / "config.json").exists()  # refused before writing anything
+    fcntl.flock(other, fcntl.LOCK_UN)
+
+    def taken_by_us(folder) -> bool:  # can another descriptor lock it now?
+        fd = os.open(folder / RUN_LOCK, os.O_RDWR)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return False
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(fd)
+
+    open_run_folder(fa, a)
+    assert taken_by_us(fa)
+    open_run_folder(fa, a)  # this process reopens the folder it holds (a resumed run): allowed
+    open_run_folder(fb, b)  # the next run's folder: the last one's lock goes (a run that failed left it)
+    assert taken_by_us(fb) and not taken_by_us(fa)
+    close_run_folder(fb)  # the run is written
+    assert not taken_by_us(fb)
+    close_run_folder(fb)  # twice: harmless
+    os.close(other)
+
+    # the simulation loop skips a run another process is writing and goes on with the next
+    def server_main(grid, cfg):
+        if cfg.default_run_name == "a":
+            raise RunInProgress("run folder a is being written by another process")
+        return {"run": cfg.default_run_name}
+
+    done = []
+    monkeypatch.setattr(runner, "simulate", lambda app, *a, **k: app._main(None, None))
+    runner.run_many_in_process([a, b], server_main, 1, on_done=lambda cfg, s: done.append(s["run"]))
+    assert done == ["b"] and "skipped: run folder a is being written by another process" in capsys.readouterr().out
