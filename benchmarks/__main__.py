@@ -108,6 +108,13 @@ def channels_last() -> list[dict]:
     return fn(quick=True) if fn else [skipped_row("channels-last", why)]
 
 
+@BENCHMARKS.decorator("centralized-threads")
+def centralized_threads() -> list[dict]:
+    """Ultrasound centralized training on every core over one thread (wall time; run on an idle machine)."""
+    fn, why = _harness("ultrasound_centralized_threads")
+    return fn(quick=True) if fn else [skipped_row("centralized-threads", why)]
+
+
 @BENCHMARKS.decorator("dp-frozen-prefix")
 def dp_frozen_prefix() -> list[dict]:
     """Ultrasound DP (ghost) step of head-only / last-layers training: parameters vs batch as the target."""

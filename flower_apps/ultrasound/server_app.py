@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import time
 from pathlib import Path
 
@@ -281,23 +280,23 @@ def _centralized(cfg: UltrasoundConfig, model, data: UltrasoundData, device):
 
     dp = (DpSettings(cfg.noise_multiplier, cfg.max_grad_norm, cfg.grad_sample_mode,
                      noise=NoiseSource(cfg.noise_seed_file)) if cfg.dp_sgd else None)
+    # Every torch thread of this process (all cores unless OMP_NUM_THREADS / torch.set_num_threads says
+    # otherwise): the clients' actors sit idle during a centralized run. Runs before 2026-12-02 capped this
+    # at half the cores (one thread on 2 cores, twice the wall time; benchmarks/ultrasound_centralized_threads.py).
+    # The count changes float summation order, so it is recorded (timing.torch_threads).
     threads = torch.get_num_threads()
-    if device.type == "cpu":  # the ServerApp shares the CPUs with Ray; all of them oversubscribe (slow spin-waits)
-        torch.set_num_threads(max(1, min(threads, (os.cpu_count() or 2) // 2)))
-    try:
-        stats = train_local(model, data.x["train"], data.y["train"], epochs=cfg.num_rounds * e,
-                            batch_size=cfg.batch_size, lr_for_epoch=lambda ep: lr_at_round(cfg.lr, -(-ep // e),
-                                                                                            cfg.num_rounds),
-                            device=device, seed=client_seed(cfg.seed, 0, 10**6), dp=dp, owners=data.train_owners(),
-                            profiles=data.profiles, on_epoch_end=on_epoch_end, channels_last=cfg.channels_last)
-    finally:
-        torch.set_num_threads(threads)
+    stats = train_local(model, data.x["train"], data.y["train"], epochs=cfg.num_rounds * e,
+                        batch_size=cfg.batch_size, lr_for_epoch=lambda ep: lr_at_round(cfg.lr, -(-ep // e),
+                                                                                        cfg.num_rounds),
+                        device=device, seed=client_seed(cfg.seed, 0, 10**6), dp=dp, owners=data.train_owners(),
+                        profiles=data.profiles, on_epoch_end=on_epoch_end, channels_last=cfg.channels_last)
     final = evaluate(model, data.x["test"], data.y["test"], device)
     ledger = DpSgdLedger()
     if dp is not None:
         ledger.record(cfg.noise_multiplier, stats.sample_rate, stats.steps)
     timing = _timing(round_seconds, [{"steps": stats.steps, "step-seconds": stats.step_seconds,
                                       "train-seconds": stats.seconds, "trunk-cached": int(stats.trunk_cached)}])
+    timing["torch_threads"] = threads if device.type == "cpu" else None
     return rounds, _per_client_eval(model, data, device), final, {0: ledger}, timing
 
 

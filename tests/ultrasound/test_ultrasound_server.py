@@ -108,3 +108,27 @@ def test_config_errors_name_the_key_and_allowed_values(tmp_path):
         8, 100, 5, 32, 1e-3, 224)
     assert (paper.proximal_mu, paper.server_lr, paper.beta1, paper.beta2, paper.delta) == (0.01, 0.01, 0.9, 0.99, 1e-5)
     assert json.loads(paper.to_json())["dataset"] == "busi"
+
+
+def test_centralized_trains_on_every_thread_of_the_process(tmp_path, fake_grid_cls, monkeypatch):
+    """The centralized baseline trains while the client actors sit idle: no cap at half the cores (it made
+    the cpu grid's centralized runs on 2 cores train on one thread); the count is recorded, since it changes
+    the float summation order."""
+    from flower_apps.ultrasound import server_app
+
+    seen: list[int] = []
+    real = server_app.train_local
+
+    def spy(*a, **k):
+        seen.append(torch.get_num_threads())
+        return real(*a, **k)
+
+    monkeypatch.setattr(server_app, "train_local", spy)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        cen = server_main(grid_for(fake_grid_cls), cfg_of(tmp_path, **{"us-mode": "centralized", "us-partition": "iid"}))
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+    assert seen == [2] and cen["timing"]["torch_threads"] == 2
