@@ -283,7 +283,8 @@ def _centralized(cfg: UltrasoundConfig, model, data: UltrasoundData, device):
     # Every torch thread of this process (all cores unless OMP_NUM_THREADS / torch.set_num_threads says
     # otherwise): the clients' actors sit idle during a centralized run. Runs before 2026-12-02 capped this
     # at half the cores (one thread on 2 cores, twice the wall time; benchmarks/ultrasound_centralized_threads.py).
-    # The count changes float summation order, so it is recorded (timing.torch_threads).
+    # The count changes float summation order, so it is recorded (timing.torch_threads). Beside other CPU load
+    # more threads are slower than one (OpenMP waits; docs/ultrasound.md): run with OMP_NUM_THREADS=1 there.
     threads = torch.get_num_threads()
     stats = train_local(model, data.x["train"], data.y["train"], epochs=cfg.num_rounds * e,
                         batch_size=cfg.batch_size, lr_for_epoch=lambda ep: lr_at_round(cfg.lr, -(-ep // e),
