@@ -3,7 +3,7 @@
 A variant is ``(torch threads, channels_last)``. Every variant trains a fresh copy of the same
 randomly initialised `cpu`-preset backbone on the same random uint8 images; variants alternate in
 order over repetitions (a change in load hits them alike), the first repetition only warms up
-(oneDNN primitive caches), and each variant's time is its minimum over the others.
+(oneDNN primitive caches), and each variant's time is its minimum over the later repetitions.
 """
 
 from __future__ import annotations
