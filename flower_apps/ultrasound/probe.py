@@ -65,15 +65,15 @@ def probe_rows(model: nn.Module, data, device: torch.device = torch.device("cpu"
 
     def row(label: str, prof: ScannerProfile | None, shares: dict) -> dict:
         m = classification_metrics(y, probs_under(model, x, prof, device))
-        pred = np.asarray(m["confusion"])
+        cm = np.asarray(m["confusion"])
         r = {"profile": label,
              "brightness": "" if prof is None else round(prof.brightness[0], 4),
              "contrast": "" if prof is None else round(prof.contrast[0], 4)}
         r.update(shares)
         r.update({"accuracy": m["accuracy"], "auc": m["auc"], "specificity": m["specificity"]})
         for k, name in enumerate(names):  # recall per true class: rows of the confusion matrix
-            n = pred[k].sum()
-            r[f"recall {name}"] = float(pred[k, k] / n) if n else float("nan")
+            n = cm[k].sum()
+            r[f"recall {name}"] = float(cm[k, k] / n) if n else float("nan")
         return r
 
     rows = [row("plain", None, {f"client share {n} (%)": "" for n in names})]
