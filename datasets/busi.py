@@ -35,7 +35,9 @@ BUSI_DEFAULT_DIRS = (REPO_ROOT.parent / "shared" / "data" / "busi", REPO_ROOT / 
 BREASTMNIST_DEFAULT_DIRS = (REPO_ROOT / "data", REPO_ROOT.parent / "shared" / "data", DEFAULT_DATA_HOME,
                             Path.home() / ".medmnist")
 BUSI_HOWTO = (f"put the public BUSI release (folder {BUSI_FOLDER}/ with normal/, benign/, malignant/ PNGs; "
-              f"masks are ignored) in one of {[str(d) for d in BUSI_DEFAULT_DIRS]}, or pass data-dir=<folder>")
+              f"masks are ignored) in one of {[str(d) for d in BUSI_DEFAULT_DIRS]}, or pass data-dir=<folder> "
+              f"(under `flwr run` the app runs from Flower's installed copy, not your checkout, so a checkout's "
+              f"../shared is not found: pass an absolute data-dir)")
 
 TEST_FRACTION = 0.1
 VAL_FRACTION = 0.1
