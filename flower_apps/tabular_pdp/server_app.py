@@ -39,7 +39,7 @@ from privacy.mechanisms import global_l2_norm
 from privacy.personalized import aggregate_sigma, gdp_sigma
 from privacy.randomness import STREAM_TABULAR_SERVER, NoiseSource
 from privacy.tabular_accounting import client_budgets
-from strategies.cohorts import round_problems
+from strategies.cohorts import round_problems, wait_for_nodes
 from strategies.base import FastGrid
 from strategies.records import from_numpy, to_numpy
 from strategies.drift_guard import DriftGuard
@@ -211,6 +211,8 @@ def server_main(grid: Grid, cfg: TabularPdpConfig) -> dict:
         found = discover(grid, ACTION, phase_config(cfg, "describe"), cfg.round_timeout, cfg.num_clients)
         clients, grid = found.client_ids, PlacedGrid(grid, found.placement)
         deployment = found.summary(range(cfg.num_clients))
+    else:  # a simulation's SuperNodes may register after the ServerApp starts (as the other studies do)
+        wait_for_nodes(grid, 1)
 
     # (A) anonymization: two message rounds
     anon = anonymize_and_harmonize(grid, cfg, clients)
