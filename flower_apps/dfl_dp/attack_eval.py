@@ -43,7 +43,7 @@ VIEWS = ("gradient", "noised-update")
 def _load_model(path: Path, plan) -> MnistCNN:
     c, h, _ = plan.image_shape
     m = MnistCNN(c, plan.num_classes, h)
-    m.load_state_dict(torch.load(path, map_location="cpu"))
+    m.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
     return m.eval()
 
 
@@ -114,7 +114,7 @@ def gradient_inversion(configs: list[DflDpConfig], view: str, iterations: int, r
         vpath = run_dir(cfg) / "victims.pt"
         if not vpath.is_file():
             raise FileNotFoundError(f"{vpath} missing: run the sweep with --attacks so training captures victims")
-        victims = torch.load(vpath, map_location="cpu")
+        victims = torch.load(vpath, map_location="cpu", weights_only=True)
         todo.append((cfg, out_path, [{"cfg": cfg, "victim": v, "view": view, "iterations": iterations,
                                       "restarts": restarts} for v in victims]))
     workers = workers or min(os.cpu_count() or 1, 4)

@@ -104,7 +104,7 @@ def lira_for_run(target: DflDpConfig, s: LiraSettings = LiraSettings()) -> dict:
     plan = build_data_plan(data_key(target))
     c, h, _ = plan.image_shape
     model = MnistCNN(c, plan.num_classes, h)
-    model.load_state_dict(torch.load(model_file, map_location="cpu"))
+    model.load_state_dict(torch.load(model_file, map_location="cpu", weights_only=True))
     row = lira_on_plan(model.eval(), plan, Recipe(target.lr, target.momentum, target.weight_decay,
                                                   target.batch_size), s)
     row.update(feature="logit-confidence", classifier="lira-offline", framework=target.framework,

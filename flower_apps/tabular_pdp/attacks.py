@@ -189,7 +189,7 @@ def load_final_model(run_folder: Path, setting: str, in_features: int) -> Severi
         raise FileNotFoundError(f"{path} missing: the attacks need the final global model of each setting "
                                 "(the tabular-pdp server app must save it as final_model_<setting>.pt)")
     m = SeverityMLP(in_features)
-    m.load_state_dict(torch.load(path, map_location="cpu"))
+    m.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
     return m.eval()
 
 

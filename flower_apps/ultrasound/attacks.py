@@ -226,7 +226,7 @@ def load_final_model(run_folder: str | Path, cfg, num_classes: int) -> nn.Module
         raise FileNotFoundError(f"{path} missing: the attacks need the final global model "
                                 "(the ultrasound server app must save it as final_model.pt)")
     model = model_factory(cfg, num_classes)()
-    model.load_state_dict(torch.load(path, map_location="cpu"))  # strict: a key mismatch names the keys
+    model.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))  # strict: a key mismatch names the keys
     return model.eval()
 
 

@@ -160,8 +160,8 @@ def test_dfl_dp_deployed_run_equals_the_simulation(deployment, tmp_path):
 
     sim_dir = _run_simulated("dfl-dp", {}, tmp_path / "simulated", deployment.seed_file)
     sim = json.loads((sim_dir / "summary.json").read_text())
-    deployed_model = torch.load(got["dir"] / "final_model.pt")
-    simulated_model = torch.load(sim_dir / "final_model.pt")
+    deployed_model = torch.load(got["dir"] / "final_model.pt", weights_only=True)
+    simulated_model = torch.load(sim_dir / "final_model.pt", weights_only=True)
     assert deployed_model.keys() == simulated_model.keys()
     for k in deployed_model:
         torch.testing.assert_close(deployed_model[k], simulated_model[k], rtol=1e-5, atol=1e-6, msg=k)
@@ -212,7 +212,8 @@ def test_ultrasound_deployed_run_equals_the_simulation(deployment, tmp_path):
     sim_dir = _run_simulated("ultrasound", US, tmp_path / "simulated", deployment.seed_file)
     sim = json.loads((sim_dir / "summary.json").read_text())
     assert (summary["n_train"], summary["n_val"], summary["n_test"]) == (sim["n_train"], sim["n_val"], sim["n_test"])
-    a, b = torch.load(got["dir"] / "final_model.pt"), torch.load(sim_dir / "final_model.pt")
+    a = torch.load(got["dir"] / "final_model.pt", weights_only=True)
+    b = torch.load(sim_dir / "final_model.pt", weights_only=True)
     assert a.keys() == b.keys()
     for k in a:
         torch.testing.assert_close(a[k], b[k], rtol=1e-5, atol=1e-6, msg=k)

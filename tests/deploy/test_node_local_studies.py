@@ -116,7 +116,8 @@ def test_ultrasound_node_local_equals_the_simulation_and_names_the_bad_node(tmp_
     assert err["error"].startswith("site-3: node-2: ") and "class folder(s) ['normal', 'malignant'] missing" in err["error"]
     assert s["missing_clients"] == [] and s["n_train"] == sim["summary"]["n_train"]
     assert s["n_test"] == sim["summary"]["n_test"] and s["n_val"] == sim["summary"]["n_val"]
-    a, b = torch.load(dep["dir"] / "final_model.pt"), torch.load(sim["dir"] / "final_model.pt")
+    a = torch.load(dep["dir"] / "final_model.pt", weights_only=True)
+    b = torch.load(sim["dir"] / "final_model.pt", weights_only=True)
     assert a.keys() == b.keys()
     for k in a:
         torch.testing.assert_close(a[k], b[k], rtol=1e-5, atol=1e-6, msg=k)

@@ -46,7 +46,7 @@ def test_smoke_sweep_through_flower_simulation_writes_results_and_resumes(tmp_pa
     import torch
 
     for r in runs:
-        victims = torch.load(r / "victims.pt")
+        victims = torch.load(r / "victims.pt", weights_only=True)
         assert len(victims) == 3 and len({v["client"] for v in victims}) == 3
         assert all(0 <= v["index"] < 2000 and 0 <= v["label"] < 10 for v in victims)
         mia = read_json(r / "attacks_mia.json")
@@ -91,7 +91,8 @@ def test_dp_runs_repeat_bit_for_bit_only_with_a_local_noise_seed_file(tmp_path):
     for cfg in configs:
         import torch
 
-        state[cfg.run_name] = torch.load(tmp_path / "dfl-dp" / "runs" / cfg.run_name / "final_model.pt")
+        state[cfg.run_name] = torch.load(tmp_path / "dfl-dp" / "runs" / cfg.run_name / "final_model.pt",
+                                         weights_only=True)
     same = lambda a, b: all(torch.equal(state[a][k], state[b][k]) for k in state[a])  # noqa: E731
     assert same("seeded-a", "seeded-b")
     assert not same("secure-a", "secure-b")

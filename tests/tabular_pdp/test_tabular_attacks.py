@@ -126,7 +126,7 @@ def test_smoke_run_saves_final_models_the_attacks_load(tmp_path, fake_grid_cls):
     y = np.concatenate([d.y_test.numpy() for d in test])
     maes = {}
     for setting, v in s["settings"].items():
-        state = torch.load(model_path(folder, setting), map_location="cpu")
+        state = torch.load(model_path(folder, setting), map_location="cpu", weights_only=True)
         assert list(state) == list(SeverityMLP(n_in).state_dict())  # the keys the adapter's model has
         maes[setting] = float(np.mean(np.abs(predict(load_final_model(folder, setting, n_in), x) - y)))
         assert maes[setting] == pytest.approx(v["final_mae"], rel=1e-4), setting

@@ -127,7 +127,7 @@ def test_server_saves_the_final_model_the_attacks_load(tmp_path, fake_grid_cls, 
     s = server_main(grid, cfg)
     folder = run_dir(cfg)
     data = build_data(data_key(cfg))
-    state = torch.load(folder / "final_model.pt", map_location="cpu")
+    state = torch.load(folder / "final_model.pt", map_location="cpu", weights_only=True)
     assert list(state) == list(model_factory(cfg, data.num_classes)().state_dict())
     assert any(k.endswith("running_mean") for k in state) == (finetune == "frozen-bn")
     model = load_final_model(folder, cfg, data.num_classes)
