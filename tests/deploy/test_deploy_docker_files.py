@@ -7,12 +7,16 @@ What is checked instead: every flag in the compose commands exists in the instal
 keys, the SuperExec secret, node configs) is consistent; every file a command names is
 mounted and is one that docker/gen_certs.sh writes; the Dockerfiles' entry points are
 Flower commands, their flwr pin is the project's, their dependency one-liner works, and
-their ignore files admit exactly what they copy. ``docker compose config`` runs if Docker
-is installed. The same flags run for real, without Docker, in test_deploy_federation.py.
+their ignore files admit exactly what they copy. The SuperLink's one port (Fleet, Control and
+Runtime API in flwr 1.42; the Control API has no account authentication) is published on the
+host's loopback only. ``docker compose config`` runs if Docker is installed. The same flags run
+for real, without Docker, in test_deploy_federation.py.
 """
 
 from __future__ import annotations
 
+import copy
+import ipaddress
 import json
 import re
 import shlex
@@ -115,6 +119,55 @@ def mounts(name: str) -> dict[str, str]:
     return out
 
 
+def published_ports(service: dict) -> list[tuple[str | None, str, str]]:
+    """(host ip or None for every interface, host port, container port) of each ``ports`` entry, in
+    Compose's short syntax ``[HOST_IP:][HOST_PORT:]CONTAINER_PORT[/PROTOCOL]`` (IPv6 host ips in
+    brackets) or its long syntax ``{target, published, host_ip}``."""
+    out = []
+    for entry in service.get("ports", []):
+        if isinstance(entry, dict):
+            out.append((entry.get("host_ip"), str(entry.get("published", "")), str(entry["target"])))
+            continue
+        spec = str(entry).split("/")[0]
+        host_ip = None
+        if spec.startswith("["):  # [::1]:8000:8000
+            host_ip, _, spec = spec[1:].partition("]:")
+        parts = spec.split(":")
+        if len(parts) == 3:
+            host_ip, parts = parts[0], parts[1:]
+        host, container = (parts[0], parts[1]) if len(parts) == 2 else ("", parts[0])  # "8000": random host port
+        out.append((host_ip or None, host, container))
+    return out
+
+
+def _is_loopback(host_ip: str | None) -> bool:
+    if host_ip is None:
+        return False  # Compose publishes on every interface
+    if host_ip == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host_ip).is_loopback
+    except ValueError:
+        return False
+
+
+def control_api_exposed(compose: dict) -> list[str]:
+    """Every way ``compose`` makes a SuperLink's HTTP port (which serves the Control API) reachable
+    from beyond the host's loopback: a published port without a loopback host ip, or host networking."""
+    bad = []
+    for name, svc in compose["services"].items():
+        if "superlink.Dockerfile" not in str(svc.get("build", {}).get("dockerfile", "")):
+            continue
+        args = split_command(svc["command"])
+        port = args.get("--port") or "8000"  # flower-superlink's default
+        if svc.get("network_mode") == "host":
+            bad.append(f"{name}: network_mode host puts --port {port} on every interface")
+        for host_ip, host, container in published_ports(svc):
+            if container == port and not _is_loopback(host_ip):
+                bad.append(f"{name}: {host_ip or '*'}:{host or '(random)'} -> {container}")
+    return bad
+
+
 def flower_services() -> list[str]:
     return [n for n, s in SERVICES.items() if "entrypoint" not in s]
 
@@ -187,9 +240,59 @@ def test_superlink_runs_tls_auth_and_process_isolation():
     assert {"--ssl-ca-certfile", "--ssl-certfile", "--ssl-keyfile", "--enable-supernode-auth"} <= set(args)
     assert args["--isolation"] == "process" and "--superexec-auth-secret-file" in args
     assert "--disable-runtime-dependency-installation" in args
-    assert args["--host"] == "0.0.0.0"
-    assert f"{args['--port']}:{args['--port']}" in SERVICES["superlink"]["ports"]
+    assert args["--host"] == "0.0.0.0"  # inside the container: the compose network reaches it
+    assert (("127.0.0.1", args["--port"], args["--port"]) in published_ports(SERVICES["superlink"])), \
+        "the host's flwr CLI reaches the SuperLink on loopback"
     assert "/health" in " ".join(SERVICES["superlink"]["healthcheck"]["test"])
+
+
+def test_control_api_is_published_on_loopback_only():
+    assert control_api_exposed(COMPOSE) == []
+    # SuperNodes and the SuperExec dial out over the compose network: nothing else is published.
+    assert [n for n, s in SERVICES.items() if s.get("ports") and n != "superlink"] == []
+    assert all(s.get("network_mode") != "host" for s in SERVICES.values())
+
+
+@pytest.mark.parametrize("ports,exposed", [
+    (["8000:8000"], True),  # the file before issue 36: every interface
+    (["0.0.0.0:8000:8000"], True),
+    (["[::]:8000:8000"], True),
+    (["8000"], True),  # random host port, every interface
+    (["203.0.113.7:8000:8000/tcp"], True),
+    ([{"target": 8000, "published": 8000}], True),
+    ([{"target": 8000, "published": 8000, "host_ip": "0.0.0.0"}], True),
+    (["127.0.0.1:8000:8000"], False),
+    (["[::1]:8000:8000"], False),
+    ([{"target": 8000, "published": 8000, "host_ip": "127.0.0.1"}], False),
+    (["0.0.0.0:9000:9000"], False),  # another container port is not the SuperLink's
+])
+def test_the_exposure_check_fires_on_public_bindings(ports, exposed):
+    changed = copy.deepcopy(COMPOSE)
+    changed["services"]["superlink"]["ports"] = ports
+    assert bool(control_api_exposed(changed)) is exposed, control_api_exposed(changed)
+
+
+def test_the_exposure_check_fires_on_host_networking():
+    changed = copy.deepcopy(COMPOSE)
+    changed["services"]["superlink"].pop("ports")
+    changed["services"]["superlink"]["network_mode"] = "host"
+    assert control_api_exposed(changed)
+
+
+def test_open_source_flwr_has_no_control_api_account_authentication(monkeypatch):
+    """What docs/deployment.md states: flwr 1.42's Control API authenticates accounts only through an
+    OIDC plugin of Flower's enterprise package (FLWR_OIDC_ENABLED=1); without it every caller is the
+    same no-op account. When a release ships one, this fails and the docs and compose file need a look."""
+    from flwr.superlink.auth_plugin import NoOpControlAuthnPlugin
+    from flwr.superlink.config_loader import load_control_authn_plugin
+
+    monkeypatch.delenv("FLWR_OIDC_ENABLED", raising=False)
+    plugin = load_control_authn_plugin()
+    assert isinstance(plugin, NoOpControlAuthnPlugin)
+    assert plugin.validate_tokens_in_metadata([])[0] is True  # no token, still valid
+    monkeypatch.setenv("FLWR_OIDC_ENABLED", "1")
+    with pytest.raises(SystemExit, match="unavailable in this Flower distribution"):
+        load_control_authn_plugin()
 
 
 def test_every_component_dials_the_superlink_it_trusts():
