@@ -19,6 +19,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from .constants import DEFAULT_MAX_HOPS, DEFAULT_PAYLOAD_SIZE, PacketFormat
+from .peers import DEFAULT_MAX_PEERS
 from .replay import DEFAULT_REPLAY_CAPACITY
 
 COVER_POLICIES = ("data", "own", "all")
@@ -65,6 +66,22 @@ class MixnetConfig:
     transport
         ``"simulation"`` (one process, virtual time) or ``"network"`` (one OS
         process per node over TLS on loopback).
+    max_peers
+        Most records one peer view holds (self included); beyond it a dead peer
+        is forgotten, or the new record refused.
+    partial_max_messages, partial_max_fragments, partial_ttl
+        Receiver reassembly bounds: incomplete messages held at once (the
+        oldest is evicted), fragments per message (larger counts are refused,
+        and ``send`` refuses larger messages), and seconds an incomplete
+        message (and a completed id, for deduplication) is kept (default: twice
+        the sender's retransmission window, ``2 (max_retries + 1) ack_timeout``).
+    key_rotation
+        Rotate the node's Sphinx key at each replay-cache generation swap, so a
+        packet older than the replay window can no longer be processed at all.
+    key_grace_period
+        Seconds a rotated-out key still processes packets built before the
+        peers learned the new one (default ``2 ack_timeout``; never past the
+        next generation swap).
     """
 
     max_path_length: int = 2
@@ -82,6 +99,12 @@ class MixnetConfig:
     suspicion_threshold: int = 2
     path_length_weights: tuple[float, ...] | None = None
     transport: str = "simulation"
+    max_peers: int = DEFAULT_MAX_PEERS
+    partial_max_messages: int = 64
+    partial_max_fragments: int = 256
+    partial_ttl: float | None = None
+    key_rotation: bool = True
+    key_grace_period: float | None = None
 
     def __post_init__(self) -> None:
         def require(ok: bool, name: str, expected: str) -> None:
@@ -109,6 +132,17 @@ class MixnetConfig:
         require(isinstance(self.suspicion_threshold, int) and self.suspicion_threshold >= 1,
                 "suspicion_threshold", "an int >= 1")
         require(self.transport in TRANSPORTS, "transport", f"one of {TRANSPORTS}")
+        require(isinstance(self.max_peers, int) and self.max_peers >= 2, "max_peers", "an int >= 2")
+        require(isinstance(self.partial_max_messages, int) and self.partial_max_messages >= 1,
+                "partial_max_messages", "an int >= 1")
+        require(isinstance(self.partial_max_fragments, int) and self.partial_max_fragments >= 1,
+                "partial_max_fragments", "an int >= 1")
+        require(self.partial_ttl is None or (math.isfinite(self.partial_ttl) and self.partial_ttl > 0),
+                "partial_ttl", "None or a finite number > 0 seconds")
+        require(isinstance(self.key_rotation, bool), "key_rotation", "a bool")
+        require(self.key_grace_period is None
+                or (math.isfinite(self.key_grace_period) and self.key_grace_period >= 0),
+                "key_grace_period", "None or a finite number >= 0 seconds")
         if self.path_length_weights is not None:
             w = tuple(float(x) for x in self.path_length_weights)
             require(len(w) == self.max_path_length and all(x >= 0 and math.isfinite(x) for x in w) and sum(w) > 0,
@@ -131,6 +165,16 @@ class MixnetConfig:
         if self.ack_timeout is not None:
             return self.ack_timeout
         return 2 * (self.max_path_length + 1) * (self.effective_fill_timeout + 4 * self.mu) + 0.5
+
+    @property
+    def effective_partial_ttl(self) -> float:
+        if self.partial_ttl is not None:
+            return self.partial_ttl
+        return 2 * (self.max_retries + 1) * self.effective_ack_timeout
+
+    @property
+    def effective_key_grace_period(self) -> float:
+        return 2 * self.effective_ack_timeout if self.key_grace_period is None else self.key_grace_period
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> MixnetConfig:

@@ -10,6 +10,7 @@ through) but never delivered twice.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,30 +43,59 @@ class PendingFragment:
 
 
 class Reassembler:
-    """Receiver-side fragment store with exactly-once delivery.
+    """Receiver-side fragment store with exactly-once delivery, bounded in entries and time.
 
-    Completed message ids are remembered for deduplication; that set grows with
-    the number of messages received (16 bytes each), which is the price of
-    exactly-once delivery under unbounded retransmission delays.
+    Every input is hostile until checked: a fragment may announce any count up
+    to 2^32 and any message id. So at most ``max_messages`` incomplete messages
+    are held (a new one evicts the oldest), a message may have at most
+    ``max_fragments`` fragments (a larger count is refused), and an incomplete
+    message is dropped ``ttl`` seconds after its first fragment arrived.
+    Completed ids are remembered for ``ttl`` seconds after completion, to
+    deduplicate late copies: a copy arriving later than that (longer than the
+    sender's retransmission window, which the default ``ttl`` doubles) would be
+    delivered again. Expiry is lazy (checked on each ``add``), so the store
+    needs no timers and a simulation's event queue is unchanged.
     """
 
-    def __init__(self) -> None:
-        self._partial: dict[bytes, tuple[int, dict[int, bytes]]] = {}
-        self._completed: set[bytes] = set()
+    def __init__(self, max_messages: int = 64, max_fragments: int = 256, ttl: float = float("inf")) -> None:
+        if not isinstance(max_messages, int) or max_messages < 1:
+            raise ValueError(f"max_messages must be an int >= 1, got {max_messages!r}")
+        if not isinstance(max_fragments, int) or max_fragments < 1:
+            raise ValueError(f"max_fragments must be an int >= 1, got {max_fragments!r}")
+        if not ttl > 0:
+            raise ValueError(f"ttl must be > 0 seconds, got {ttl}")
+        self.max_messages = max_messages
+        self.max_fragments = max_fragments
+        self.ttl = ttl
+        #: message id -> (first arrival, fragment count, fragments); insertion order = arrival order
+        self._partial: OrderedDict[bytes, tuple[float, int, dict[int, bytes]]] = OrderedDict()
+        self._completed: OrderedDict[bytes, float] = OrderedDict()  # message id -> completion time
+        self.expired = 0
+        self.evicted = 0
 
-    def add(self, message_id: bytes, index: int, count: int, data: bytes) -> tuple[str, bytes | None]:
-        """Store a fragment.
+    def add(self, message_id: bytes, index: int, count: int, data: bytes, now: float = 0.0) -> tuple[str, bytes | None]:
+        """Store a fragment that arrived at time ``now``.
 
         Returns
         -------
         ``("complete", data)`` when this fragment completes the message,
         ``("stored", None)`` for a new fragment of an incomplete message,
-        ``("duplicate", None)`` for a copy already seen, and
-        ``("inconsistent", None)`` when the fragment count disagrees with earlier fragments.
+        ``("duplicate", None)`` for a copy already seen,
+        ``("inconsistent", None)`` when the fragment count disagrees with earlier fragments, and
+        ``("oversized", None)`` when ``count`` exceeds ``max_fragments`` (nothing is stored).
         """
+        self._expire(now)
         if message_id in self._completed:
             return "duplicate", None
-        expected, parts = self._partial.setdefault(message_id, (count, {}))
+        if count > self.max_fragments:
+            return "oversized", None
+        entry = self._partial.get(message_id)
+        if entry is None:
+            while len(self._partial) >= self.max_messages:
+                self._partial.popitem(last=False)
+                self.evicted += 1
+            entry = self._partial[message_id] = (now, count, {})
+        _, expected, parts = entry
         if expected != count:
             return "inconsistent", None
         if index in parts:
@@ -74,12 +104,33 @@ class Reassembler:
         if len(parts) < count:
             return "stored", None
         del self._partial[message_id]
-        self._completed.add(message_id)
+        self._completed[message_id] = now
         return "complete", b"".join(parts[i] for i in range(count))
+
+    def _expire(self, now: float) -> None:
+        while self._partial:
+            message_id, (first, _, _) = next(iter(self._partial.items()))
+            if now - first <= self.ttl:
+                break
+            del self._partial[message_id]
+            self.expired += 1
+        while self._completed:
+            message_id, done = next(iter(self._completed.items()))
+            if now - done <= self.ttl:
+                break
+            del self._completed[message_id]
 
     @property
     def partial_messages(self) -> int:
         return len(self._partial)
+
+    @property
+    def partial_fragments(self) -> int:
+        return sum(len(parts) for _, _, parts in self._partial.values())
+
+    @property
+    def completed_ids(self) -> int:
+        return len(self._completed)
 
 
 @dataclass

@@ -38,3 +38,7 @@ class InvalidFrame(MixnetError):
 
 class InvalidPeerKey(MixnetError):
     """A peer's announced X25519 key: wrong length, non-canonical, or a low-order point."""
+
+
+class InvalidPeerRecord(MixnetError):
+    """A peer record whose Ed25519 signature does not verify under the identity key it names."""

@@ -2,7 +2,8 @@
 
 :class:`LocalCluster` generates a CA and one certificate per node, spawns one
 ``privacy.mixnet.net_node`` process each, hands every node the bootstrap
-directory (ids, Sphinx public keys, endpoints), and exposes the same calls as
+directory (each node's signed record: id, Sphinx public key, endpoint,
+Ed25519 identity key), and exposes the same calls as
 the simulator: ``send``, ``inbox``, ``run_until_idle``, ``node_stats``.
 
 Teardown is unconditional: :meth:`close` (also run by ``__exit__`` and by
@@ -159,8 +160,7 @@ class LocalCluster:
             ready = proc.wait_line(self.startup_timeout)
             if ready.get("event") != "ready":
                 raise RuntimeError(f"node {i} did not start: {ready}")
-            self.directory.append({"node_id": i, "public_key": ready["public_key"],
-                                   "endpoint": f"127.0.0.1:{ready['port']}"})
+            self.directory.append(ready["record"])  # signed by the node; the directory pins its identity
         for proc in self.processes.values():
             proc.request(cmd="peers", peers=self.directory)
 

@@ -2,14 +2,17 @@
 
 Run as ``python -m privacy.mixnet.net_node --config node.json``. The process
 listens on ``127.0.0.1`` (port chosen by the OS), prints one JSON ``ready`` line
-with its port and Sphinx public key, then serves JSON-line commands on stdin
+with its port and its signed peer record (Sphinx public key, Ed25519 identity
+key, version, signature; :func:`record_json`), then serves JSON-line commands on stdin
 (``peers``, ``join``, ``send``, ``inbox``, ``status``, ``stop``), one JSON reply
 line each on stdout. It exits on ``stop`` or when stdin closes, so it never
 outlives its controller.
 
 Links: one outgoing TLS connection per peer, opened on first use; frames are
 length-prefixed (4 bytes, big endian). A refused or broken connection is the
-connectivity signal handed to :meth:`MixNode.on_link_failure`.
+connectivity signal handed to :meth:`MixNode.on_link_failure`. The sender id
+handed to :meth:`MixNode.on_frame` is the verified peer certificate's, so a
+JOIN about node X counts as X's own only over a link whose certificate names X.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
 from .config import MixnetConfig
@@ -120,8 +124,15 @@ async def _serve_link(env: AsyncioEnv, reader: asyncio.StreamReader, writer: asy
         writer.close()
 
 
+def record_json(info: PeerInfo) -> dict:
+    """A signed peer record as JSON (the ``ready`` line and the controller's directory)."""
+    return {"node_id": info.node_id, "public_key": info.public_key.hex(), "endpoint": info.endpoint,
+            "identity": info.identity.hex(), "version": info.version, "signature": info.signature.hex()}
+
+
 def _peer(record: dict) -> PeerInfo:
-    return PeerInfo(int(record["node_id"]), bytes.fromhex(record["public_key"]), record["endpoint"])
+    return PeerInfo(int(record["node_id"]), bytes.fromhex(record["public_key"]), record["endpoint"],
+                    bytes.fromhex(record["identity"]), int(record["version"]), bytes.fromhex(record["signature"]))
 
 
 def _handle(env: AsyncioEnv, node: MixNode, command: dict) -> Any:
@@ -141,7 +152,9 @@ def _handle(env: AsyncioEnv, node: MixNode, command: dict) -> Any:
                 for m in node.inbox]
     if cmd == "status":
         return {"pending": node.pending_fragments, "outbox": len(node.outbox), "acked": env.acked,
-                "failed": env.failed, "routable": node.view.routable(), "stats": node.stats.as_dict()}
+                "failed": env.failed, "routable": node.view.routable(), "stats": node.stats.as_dict(),
+                "peers": [record_json(info) for info in node.view.known()],
+                "partial_messages": node.partial_messages}
     raise ValueError(f"unknown command {cmd!r}")
 
 
@@ -155,11 +168,13 @@ async def run_node(config_path: Path) -> None:
     port = server.sockets[0].getsockname()[1]
     config = MixnetConfig.from_mapping(spec["mixnet"])
     seed = spec.get("seed")
+    # epoch: start time in ms, so a restarted process's records supersede its earlier ones
     node = MixNode(int(spec["node_id"]), X25519PrivateKey.generate(), config, env,
                    rng=random.Random(seed) if seed is not None else random.SystemRandom(),
-                   crypto_rng=SystemRandomSource(), endpoint=f"127.0.0.1:{port}")
+                   crypto_rng=SystemRandomSource(), identity_key=Ed25519PrivateKey.generate(),
+                   endpoint=f"127.0.0.1:{port}", epoch=time.time_ns() // 1_000_000)
     env.node = node
-    print(json.dumps({"event": "ready", "node_id": node.node_id, "port": port,
+    print(json.dumps({"event": "ready", "node_id": node.node_id, "port": port, "record": record_json(node.info),
                       "public_key": node.info.public_key.hex()}), flush=True)
     stdin = asyncio.StreamReader()
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(stdin), sys.stdin)

@@ -3,7 +3,10 @@
 The same :class:`MixNode` runs in the discrete-event simulator and in the
 one-process-per-node network mode; only the :class:`NodeEnvironment` (clock,
 timers, links) differs. Every Sphinx packet it receives is processed with its
-own private key by :func:`~privacy.mixnet.packet.process_packet`.
+own private key by :func:`~privacy.mixnet.packet.process_packet`, through its
+:class:`~privacy.mixnet.keyring.SphinxKeyring` (rotated at each replay-cache
+generation swap). Peer records are signed by the node they describe and
+checked where they enter the view (:mod:`privacy.mixnet.peers`).
 """
 
 from __future__ import annotations
@@ -11,13 +14,16 @@ from __future__ import annotations
 import random
 from functools import partial
 
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
 from .config import MixnetConfig
-from .crypto import RandomSource, public_bytes
+from .crypto import RandomSource, private_key_from_bytes, public_bytes
 from .delivery import DeliveredMessage, OutgoingMessage, PendingFragment, Reassembler
-from .errors import (InvalidFrame, InvalidHeader, InvalidPacket, InvalidPayload, InvalidPeerKey, InvalidSURB,
-                     ReplayDetected)
+from .errors import (InvalidFrame, InvalidHeader, InvalidPacket, InvalidPayload, InvalidPeerKey, InvalidPeerRecord,
+                     InvalidSURB, ReplayDetected)
+from .identity import epoch_of, make_version
+from .keyring import SphinxKeyring
 from .messages import (
     MESSAGE_ID_SIZE,
     Ack,
@@ -30,8 +36,8 @@ from .messages import (
     fragment_capacity,
 )
 from .outbox import Outbox, OutboxItem, mix_batch, release_delays
-from .packet import Deliver, Forward, Reply, create_packet, process_packet
-from .peers import PeerInfo, PeerView
+from .packet import Deliver, Forward, Reply, create_packet
+from .peers import Authority, Outcome, PeerInfo, PeerView
 from .replay import ReplayCache
 from .routing import sample_delays, sample_route
 from .stats import NodeStats
@@ -48,7 +54,7 @@ class MixNode:
     node_id
         This node's address.
     private_key
-        Its Sphinx X25519 key.
+        Its first Sphinx X25519 key.
     config
         Shared transport parameters.
     env
@@ -56,7 +62,13 @@ class MixNode:
     rng
         Seeded generator for routes, delays and shuffles.
     crypto_rng
-        Source of ephemeral keys, SURB ids and padding (seeded only in simulation).
+        Source of ephemeral keys, SURB ids, padding and rotated Sphinx keys (seeded only in simulation).
+    identity_key
+        Its long-term Ed25519 key, which signs its peer records.
+    endpoint
+        Its ``host:port`` (network mode).
+    epoch
+        Grows with each (re)start of the node id, so its new records supersede the old ones.
     """
 
     def __init__(
@@ -68,7 +80,9 @@ class MixNode:
         *,
         rng: random.Random,
         crypto_rng: RandomSource,
+        identity_key: Ed25519PrivateKey,
         endpoint: str = "",
+        epoch: int = 0,
     ) -> None:
         self.node_id = node_id
         self.config = config
@@ -76,10 +90,12 @@ class MixNode:
         self.env = env
         self.rng = rng
         self.crypto_rng = crypto_rng
-        self._key = private_key
-        self.info = PeerInfo(node_id, public_bytes(private_key), endpoint)
-        self.view = PeerView(self.info)
+        self._identity = identity_key
+        self._epoch = epoch
+        self.info = PeerInfo.signed(identity_key, node_id, public_bytes(private_key), endpoint, make_version(epoch, 0))
+        self.view = PeerView(self.info, config.max_peers)
         self.replay_cache = ReplayCache(config.replay_capacity)
+        self.keyring = SphinxKeyring(private_key, self.replay_cache)
         self.surbs = SURBStore()
         self.surb_guard = SURBGuard(config.replay_capacity)
         self.outbox = Outbox(config.outbox_size)
@@ -91,7 +107,9 @@ class MixNode:
         self._pending: dict[tuple[bytes, int], PendingFragment] = {}
         self._surb_owner: dict[bytes, tuple[bytes, int]] = {}
         self._outgoing: dict[bytes, OutgoingMessage] = {}
-        self._reassembler = Reassembler()
+        self._reassembler = Reassembler(config.partial_max_messages, config.partial_max_fragments,
+                                        config.effective_partial_ttl)
+        self._awaiting_view: set[int] = set()  # bootstrap peers sent a JOIN whose VIEW reply is still due
         self._retired_surbs = ReplayCache(config.replay_capacity)
         self._ping_nonce = 0
 
@@ -102,8 +120,11 @@ class MixNode:
             raise ValueError(f"dst must differ from the sender ({self.node_id})")
         if self.view.get(dst) is None:
             raise ValueError(f"dst {dst} is not in the peer view of node {self.node_id}")
-        message_id = self.crypto_rng.random_bytes(MESSAGE_ID_SIZE)
         chunks = [data[i : i + self._capacity] for i in range(0, len(data), self._capacity)] or [b""]
+        if len(chunks) > self.config.partial_max_fragments:  # the receiver would refuse it
+            raise ValueError(f"data must fit in partial_max_fragments = {self.config.partial_max_fragments} fragments "
+                             f"of {self._capacity} bytes, got {len(data)} bytes ({len(chunks)} fragments)")
+        message_id = self.crypto_rng.random_bytes(MESSAGE_ID_SIZE)
         self._outgoing[message_id] = OutgoingMessage(dst, len(chunks))
         for index, chunk in enumerate(chunks):
             fragment = PendingFragment(dst, message_id, index, len(chunks), chunk)
@@ -111,22 +132,40 @@ class MixNode:
             self._send_fragment(fragment, "real")
         return message_id
 
-    def add_peer(self, info: PeerInfo) -> bool | None:
-        """Learn a peer record from any source (JOIN, VIEW, bootstrap, directory).
+    def add_peer(self, info: PeerInfo, authority: Authority = Authority.DIRECTORY) -> bool | None:
+        """Learn a peer record; by default from the operator's bootstrap directory (trusted to pin identities).
 
-        A record with a bad key is dropped and counted in ``stats.dropped_bad_key``
-        (returns None); otherwise returns whether the view changed.
+        A refused record returns None and is counted: ``dropped_bad_key``,
+        ``dropped_bad_signature``, ``dropped_hijack``, ``dropped_stale_record`` or
+        ``dropped_view_full``. Otherwise returns whether the view changed.
         """
+        outcome = self._learn(info, authority)
+        return None if outcome is None else outcome.changed
+
+    def _learn(self, info: PeerInfo, authority: Authority) -> Outcome | None:
         try:
-            return self.view.add(info)
+            outcome = self.view.add(info, authority)
         except InvalidPeerKey:
             self.stats.dropped_bad_key += 1
             return None
+        except InvalidPeerRecord:
+            self.stats.dropped_bad_signature += 1
+            return None
+        finally:
+            self.stats.peers_evicted = self.view.evicted
+        if outcome is Outcome.HIJACK:
+            self.stats.dropped_hijack += 1
+        elif outcome is Outcome.STALE:
+            self.stats.dropped_stale_record += 1
+        elif outcome is Outcome.FULL:
+            self.stats.dropped_view_full += 1
+        return outcome if outcome.accepted else None
 
     def join(self, bootstrap: list[PeerInfo]) -> None:
         """Enter the network: learn the bootstrap peers and announce ourselves to them."""
         for info in bootstrap:
             if self.add_peer(info) is not None:
+                self._awaiting_view.add(info.node_id)
                 self._control(info.node_id, wire.join_frame(self.info))
 
     def leave(self) -> None:
@@ -138,6 +177,11 @@ class MixNode:
     @property
     def pending_fragments(self) -> int:
         return len(self._pending)
+
+    @property
+    def partial_messages(self) -> int:
+        """Incomplete messages held for reassembly (at most ``config.partial_max_messages``)."""
+        return self._reassembler.partial_messages
 
     # ------------------------------------------------------------ transport --
     def on_frame(self, from_peer: int, frame: bytes, ref: object = None) -> None:
@@ -157,8 +201,12 @@ class MixNode:
         elif parsed.kind == wire.FRAME_JOIN:
             self._on_join(from_peer, parsed.peers[0])
         elif parsed.kind == wire.FRAME_VIEW:
+            if from_peer not in self._awaiting_view:  # only the reply to our own JOIN is read
+                self.stats.dropped_unsolicited_view += 1
+                return
+            self._awaiting_view.discard(from_peer)
             for info in parsed.peers:  # a bad record is dropped alone; the good ones are kept
-                self.add_peer(info)
+                self._learn(info, self._authority(from_peer, info))
         elif parsed.kind == wire.FRAME_PING:
             self._control(from_peer, wire.pong_frame(parsed.nonce))
         elif parsed.kind == wire.FRAME_PONG:
@@ -178,13 +226,17 @@ class MixNode:
     # -------------------------------------------------------------- receive --
     def _on_packet(self, packet: bytes, ref: object) -> None:
         try:
-            result = process_packet(self.fmt, self._key, packet, self.replay_cache)
+            result, used_previous = self.keyring.process(self.fmt, packet, self.env.now())
         except ReplayDetected:
             self.stats.dropped_replay += 1
             return
         except (InvalidPacket, InvalidHeader, InvalidPayload):
             self.stats.dropped_tampered += 1
             return
+        finally:  # a tag that opened a new replay-cache generation rotates the key, whatever the packet was
+            if self.config.key_rotation and self.keyring.rotation_due():
+                self._rotate_key()
+        self.stats.previous_key_packets += used_previous
         if isinstance(result, Forward):
             self.stats.relayed += 1
             self._enqueue(OutboxItem(result.next_hop, result.packet, "relay", result.delay, ref))
@@ -220,11 +272,16 @@ class MixNode:
             self._enqueue(OutboxItem(fragment.surb.first_hop, ack, "ack", message_id=fragment.message_id))
         except InvalidSURB:
             self.stats.dropped_invalid += 1
-        status, data = self._reassembler.add(fragment.message_id, fragment.index, fragment.count, fragment.data)
+        reassembler = self._reassembler
+        status, data = reassembler.add(fragment.message_id, fragment.index, fragment.count, fragment.data,
+                                       self.env.now())
+        self.stats.partials_expired, self.stats.partials_evicted = reassembler.expired, reassembler.evicted
         if status == "duplicate":
             self.stats.duplicate_fragments += 1
         elif status == "inconsistent":
             self.stats.dropped_invalid += 1
+        elif status == "oversized":
+            self.stats.dropped_oversized_message += 1
         elif status == "complete":
             assert data is not None
             message = DeliveredMessage(fragment.message_id, data, self.env.now())
@@ -256,13 +313,21 @@ class MixNode:
             del self._outgoing[fragment.message_id]
             self.env.on_acked(self.node_id, fragment.message_id)
 
+    @staticmethod
+    def _authority(from_peer: int, info: PeerInfo) -> Authority:
+        """A record about the link's own (authenticated) sender speaks for itself; any other is relayed."""
+        return Authority.SELF if from_peer == info.node_id else Authority.RELAYED
+
     def _on_join(self, from_peer: int, info: PeerInfo) -> None:
-        changed = self.add_peer(info)
-        if changed is None:  # bad key: neither stored, answered nor flooded
+        old = self.view.get(info.node_id)
+        outcome = self._learn(info, self._authority(from_peer, info))
+        if outcome is None:  # refused: neither stored, answered nor flooded
             return
-        if from_peer == info.node_id:  # direct request: hand over our view
+        rotation = (outcome is Outcome.UPDATED and old is not None and old.identity == info.identity
+                    and epoch_of(old.version) == epoch_of(info.version))
+        if from_peer == info.node_id and not rotation:  # direct request: hand over our view
             self._control(from_peer, wire.view_frame([self.info, *self._live_infos()]))
-        if changed:  # flood the announcement once through our view
+        if outcome.changed:  # flood the announcement once through our view
             for peer in self.view.routable():
                 if peer not in (from_peer, info.node_id):
                     self._control(peer, wire.join_frame(info))
@@ -315,6 +380,17 @@ class MixNode:
             outgoing.failed = True
             self.stats.failed_messages += 1
             self.env.on_failed(self.node_id, fragment.message_id)
+
+    def _rotate_key(self) -> None:
+        """New Sphinx key at a replay-cache generation swap, announced in a newer signed record."""
+        new_key = private_key_from_bytes(self.crypto_rng.random_bytes(32))
+        self.keyring.rotate(new_key, self.env.now(), self.config.effective_key_grace_period)
+        self.info = PeerInfo.signed(self._identity, self.node_id, public_bytes(new_key), self.info.endpoint,
+                                    make_version(self._epoch, self.keyring.generation))
+        self.view.set_self(self.info)
+        self.stats.key_rotations += 1
+        for peer in self.view.routable():
+            self._control(peer, wire.join_frame(self.info))
 
     def _connectivity_check(self, peer: int) -> None:
         self.stats.connectivity_checks += 1

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from .config import MixnetConfig
 from .crypto import SeededRandomSource, private_key_from_bytes
 from .delivery import DeliveredMessage
+from .identity import identity_from_source
 from .node import MixNode, TxMeta
 from .stats import NodeStats
 from .topology import Topology, make_topology
@@ -153,9 +154,13 @@ class Simulator:
         label = f"node/{node_id}/{incarnation}".encode()
         crypto_rng = SeededRandomSource(self.seed, label)
         key = private_key_from_bytes(crypto_rng.random_bytes(32))
+        # One identity per node id, kept across incarnations (a rejoin re-keys Sphinx, not the identity);
+        # drawn from its own stream so that the Sphinx keys, routes and packets are those of earlier versions.
+        identity = identity_from_source(SeededRandomSource(self.seed, f"identity/{node_id}".encode()))
         node = MixNode(
             node_id, key, self.config, _SimEnv(self, node_id),
             rng=random.Random(f"{self.seed}/node/{node_id}/{incarnation}"), crypto_rng=crypto_rng,
+            identity_key=identity, epoch=incarnation,
         )
         self.nodes[node_id] = node
         return node

@@ -28,6 +28,17 @@ class NodeStats:
     dropped_replay: int = 0
     dropped_invalid: int = 0
     dropped_bad_key: int = 0  # peer records (JOIN / VIEW / directory) with a bad X25519 key
+    dropped_bad_signature: int = 0  # peer records whose Ed25519 signature does not verify
+    dropped_hijack: int = 0  # records re-keying a known node under another identity, from a third party
+    dropped_stale_record: int = 0  # records not newer than the stored one (a rollback or a late flood copy)
+    dropped_unsolicited_view: int = 0  # VIEW frames from a peer we had not sent a JOIN to
+    dropped_view_full: int = 0  # new peers refused: the view held max_peers records, all routable
+    peers_evicted: int = 0  # dead peers forgotten to make room for a new one
+    dropped_oversized_message: int = 0  # fragments announcing more than partial_max_fragments fragments
+    partials_evicted: int = 0  # incomplete messages evicted (oldest first) beyond partial_max_messages
+    partials_expired: int = 0  # incomplete messages dropped after partial_ttl
+    key_rotations: int = 0  # Sphinx key rotations (one per replay-cache generation swap)
+    previous_key_packets: int = 0  # packets processed with the rotated-out key during its grace period
     cover_received: int = 0
     fragments_received: int = 0
     duplicate_fragments: int = 0

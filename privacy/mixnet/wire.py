@@ -6,10 +6,14 @@
     PING   = 0x04 || nonce (8)              (connectivity check)
     PONG   = 0x05 || nonce (8)
     LEAVE  = 0x06 || node address (k)       (graceful departure)
-    record = node address (k) || public key (32) || endpoint length (2) || endpoint (utf-8)
+    record = node address (k) || public key (32) || identity key (32) || version (8)
+             || endpoint length (2) || endpoint (utf-8) || Ed25519 signature (64)
 
 Control frames are not mixed: they are small, infrequent membership traffic.
-In network mode the TLS link authenticates who sent a frame.
+In network mode the TLS link authenticates who sent a frame; the record's
+signature (by the node it describes, :mod:`privacy.mixnet.identity`) is what
+makes a relayed record trustworthy. Parsing only checks lengths; signatures
+are checked where a record enters a view.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import struct
 from dataclasses import dataclass
 
 from .constants import GROUP_ELEMENT_SIZE, NODE_ADDRESS_SIZE, PacketFormat
+from .identity import IDENTITY_KEY_SIZE, SIGNATURE_SIZE
 from .errors import InvalidFrame
 from .header import decode_address, encode_address
 from .peers import PeerInfo
@@ -44,26 +49,33 @@ def _record(info: PeerInfo) -> bytes:
     endpoint = info.endpoint.encode()
     if len(endpoint) > _MAX_ENDPOINT:
         raise ValueError(f"endpoint must be <= {_MAX_ENDPOINT} bytes, got {len(endpoint)}")
-    return encode_address(info.node_id) + info.public_key + struct.pack(">H", len(endpoint)) + endpoint
+    return (encode_address(info.node_id) + info.public_key + info.identity + struct.pack(">Q", info.version)
+            + struct.pack(">H", len(endpoint)) + endpoint + info.signature)
 
 
 def _parse_record(raw: bytes, pos: int) -> tuple[PeerInfo, int]:
-    fixed = NODE_ADDRESS_SIZE + GROUP_ELEMENT_SIZE + 2
+    fixed = NODE_ADDRESS_SIZE + GROUP_ELEMENT_SIZE + IDENTITY_KEY_SIZE + 8 + 2
     if len(raw) - pos < fixed:
         raise InvalidFrame("truncated peer record")
     node_id = decode_address(raw[pos : pos + NODE_ADDRESS_SIZE])
     pos += NODE_ADDRESS_SIZE
     key = raw[pos : pos + GROUP_ELEMENT_SIZE]
     pos += GROUP_ELEMENT_SIZE
+    identity = raw[pos : pos + IDENTITY_KEY_SIZE]
+    pos += IDENTITY_KEY_SIZE
+    (version,) = struct.unpack_from(">Q", raw, pos)
+    pos += 8
     (n,) = struct.unpack_from(">H", raw, pos)
     pos += 2
-    if len(raw) - pos < n:
-        raise InvalidFrame("truncated endpoint")
+    if len(raw) - pos < n + SIGNATURE_SIZE:
+        raise InvalidFrame("truncated endpoint or signature")
     try:
         endpoint = raw[pos : pos + n].decode()
     except UnicodeDecodeError as exc:
         raise InvalidFrame("endpoint is not utf-8") from exc
-    return PeerInfo(node_id, key, endpoint), pos + n
+    pos += n
+    signature = raw[pos : pos + SIGNATURE_SIZE]
+    return PeerInfo(node_id, key, endpoint, identity, version, signature), pos + SIGNATURE_SIZE
 
 
 def packet_frame(packet: bytes) -> bytes:

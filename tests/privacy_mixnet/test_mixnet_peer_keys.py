@@ -145,6 +145,7 @@ def test_view_drops_only_its_bad_records_and_cannot_rekey_a_good_peer():
     node = sim.nodes[0]
     good_key = node.view.get(3).public_key
     node.view.remove(4)  # the good record in the VIEW below must make 4 routable again
+    node.join([sim.nodes[2].info])  # a VIEW is read only as the reply to our own JOIN
     frame = wire.view_frame([sim.nodes[4].info, PeerInfo(9, ZERO_KEY), PeerInfo(3, ORDER_8_KEY)])
     node.on_frame(2, frame)
     assert node.stats.dropped_bad_key == 2 and node.stats.dropped_invalid == 0
