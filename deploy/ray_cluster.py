@@ -17,6 +17,13 @@ and flwr/simulation/app.py):
 Every Ray node needs the same Python environment with this project installed: the ClientApp
 actors import ``flower_apps`` on whichever node Ray places them.
 
+Security: Ray has no authentication by default (``RAY_AUTH_MODE`` unset). Whoever reaches a node's
+GCS, raylet, object-manager, client-server or dashboard ports can run code on every node as the
+user that runs Ray (so read any file it can, a ``noise-seed-file`` included) and read every object in
+the object store (models, updates). Keep a cluster on a private, firewalled network. ``--node-ip-address 127.0.0.1`` does not keep Ray 2.x on loopback:
+measured with Ray 2.55.1, the GCS and raylet of this module's "loopback" cluster listen on every
+interface (``*:<port>``) and the runtime-env agent on the host's external address.
+
     python -m deploy.ray_cluster --workers 1 --run "preset='smoke'"    # loopback cluster, one run
 """
 
@@ -39,6 +46,10 @@ from deploy.processes import Managed, ProcessSet, free_port, start
 
 READY = "block forever"  # `ray start --block` logs this once the node runs
 CONNECTION = "ray-cluster"
+NO_AUTH_WARNING = ("WARNING: Ray has no authentication: whoever reaches this cluster's ports (GCS, raylet, "
+                   "dashboard) can run code on every node and read its objects. --node-ip-address 127.0.0.1 "
+                   "does not keep Ray 2.x on loopback (it listens on every interface): use it only on a "
+                   "machine and network you trust, behind a firewall (docs/deployment.md).")
 PORTS_PER_NODE = 16  # worker ports handed to each raylet (actors + prestarted workers)
 
 
@@ -219,6 +230,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _exit_on_sigterm)  # `with` below then stops the cluster
     with LocalRayCluster(workdir, args.workers, args.cpus_per_node) as cluster:
         print(f"Ray cluster at {cluster.address} ({args.workers + 1} nodes); logs in {workdir}")
+        print(NO_AUTH_WARNING)
         if not args.run:
             print(f"  RAY_ADDRESS={cluster.address} flower-superlink --insecure --simulation ...   (Ctrl-C stops)")
             try:
