@@ -20,9 +20,10 @@ actors import ``flower_apps`` on whichever node Ray places them.
 Security: Ray has no authentication by default (``RAY_AUTH_MODE`` unset). Whoever reaches a node's
 GCS, raylet, object-manager, client-server or dashboard ports can run code on every node as the
 user that runs Ray (so read any file it can, a ``noise-seed-file`` included) and read every object in
-the object store (models, updates). Keep a cluster on a private, firewalled network. ``--node-ip-address 127.0.0.1`` does not keep Ray 2.x on loopback:
-measured with Ray 2.55.1, the GCS and raylet of this module's "loopback" cluster listen on every
-interface (``*:<port>``) and the runtime-env agent on the host's external address.
+the object store (models, updates). Keep a cluster on a private, firewalled network.
+``--node-ip-address 127.0.0.1`` does not keep Ray 2.x on loopback: measured with Ray 2.55.1, the
+GCS and raylet of this module's "loopback" cluster listen on every interface (``*:<port>``) and
+the runtime-env agent on the host's external address.
 
     python -m deploy.ray_cluster --workers 1 --run "preset='smoke'"    # loopback cluster, one run
 """
