@@ -16,8 +16,14 @@ FRAMEWORKS_FOR_SENSITIVITY = ("fl", "sequential-dfl")
 
 
 def global_l2_norm(arrays: Sequence[np.ndarray]) -> float:
-    """L2 norm of a list of arrays seen as one flat vector."""
-    return float(math.sqrt(sum(float(np.vdot(a, a).real) for a in arrays)))
+    """L2 norm of a list of arrays seen as one flat vector (float32 input is squared in float64: no overflow)."""
+    total = 0.0
+    for a in arrays:
+        a = np.asarray(a)
+        if a.dtype == np.float32 or a.dtype == np.float16:
+            a = a.astype(np.float64)
+        total += float(np.vdot(a, a).real)
+    return float(math.sqrt(total))
 
 
 def clip_by_l2(arrays: Sequence[np.ndarray], clip_norm: float) -> tuple[list[np.ndarray], float, bool]:
@@ -29,6 +35,10 @@ def clip_by_l2(arrays: Sequence[np.ndarray], clip_norm: float) -> tuple[list[np.
     if not clip_norm > 0:
         raise ValueError(f"clip_norm must be > 0, got {clip_norm}")
     norm = global_l2_norm(arrays)
+    if not math.isfinite(norm):
+        # Replies are validated before they reach a mechanism (strategies.reply_rules); a non-finite
+        # norm here is a bug, and min(1, C / nan) would silently turn the whole release into NaN.
+        raise ValueError(f"cannot clip arrays whose L2 norm is {norm} (non-finite values)")
     if norm <= clip_norm:
         return [np.array(a, copy=True) for a in arrays], norm, False
     scale = clip_norm / norm

@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from flwr.app import ArrayRecord, ConfigRecord, Error, Message, MessageType, RecordDict
 from flwr.serverapp import Grid
 
+from strategies.reply_rules import DEFAULT_RULES, ReplyRules, reply_problem
+
 _log = logging.getLogger(__name__)
 
 
@@ -137,6 +139,7 @@ class CheckedReplies:
     reply_of: dict[int, Message] = field(default_factory=dict)
     problem_of: dict[int, str] = field(default_factory=dict)
     answer_of: dict[int, Message] = field(default_factory=dict)  # valid, error or rejected-as-error reply
+    rejected_clients: set[int] = field(default_factory=set)  # planned clients whose reply was refused
 
     @property
     def replies(self) -> list[Message]:
@@ -149,7 +152,8 @@ class CheckedReplies:
         return sorted(self.valid, key=lambda r: first[id(r)])
 
 
-def check_replies(sent: Iterable[Message], replies: Iterable[Message], array_claims: str = "each") -> CheckedReplies:
+def check_replies(sent: Iterable[Message], replies: Iterable[Message], array_claims: str = "each",
+                  rules: ReplyRules = DEFAULT_RULES) -> CheckedReplies:
     """Match replies to the messages they answer and refuse those that speak for other clients.
 
     Threat: a participant that inflates the cohort (a reply carrying models or ``client-ids``
@@ -164,6 +168,9 @@ def check_replies(sent: Iterable[Message], replies: Iterable[Message], array_cla
     replies : what came back.
     array_claims : "each" (one ``client.<id>`` model per planned client), "last" (a chain
         reply: one token under the last planned client) or "none" (models under other keys).
+    rules : what the content must satisfy (strategies.reply_rules): every model shaped like the
+        arrays the message sent, finite, metrics in range. A reply that fails is rejected like one
+        that speaks for other clients: counted as failed, its reason kept, never aggregated.
     """
     if array_claims not in ARRAY_CLAIMS:
         raise ValueError(f"array_claims must be one of {ARRAY_CLAIMS}, got {array_claims!r}")
@@ -190,6 +197,8 @@ def check_replies(sent: Iterable[Message], replies: Iterable[Message], array_cla
             out.answer_of.update({c: reply for c in planned})
             continue
         problem = _claims_problem(planned, reply, array_claims)
+        if problem is None:
+            problem = reply_problem(msg, reply, planned, array_claims, rules)
         if problem is None and set(out.reply_of).intersection(planned):
             problem = f"clients {sorted(set(out.reply_of).intersection(planned))} already answered this round"
         if problem is not None:
@@ -198,6 +207,7 @@ def check_replies(sent: Iterable[Message], replies: Iterable[Message], array_cla
             out.failed.append(Message(Error(REJECTED_REPLY, reason), reply_to=msg))
             out.problem_of.update({c: reason for c in planned})
             out.answer_of.update({c: out.failed[-1] for c in planned})
+            out.rejected_clients.update(planned)
             continue
         out.reply_of.update({c: reply for c in planned})
         out.answer_of.update({c: reply for c in planned})
@@ -218,6 +228,17 @@ class PlanChecked:
 
     array_claims = "each"
 
+    def reply_rules_in_force(self) -> ReplyRules:
+        """The rules replies are checked with: the first layer (this one, then the strategies it wraps,
+        through their ``strategy`` attribute) that was given ``reply_rules``; else the defaults."""
+        layer: object | None = self
+        while layer is not None:
+            rules = vars(layer).get("reply_rules")
+            if rules is not None:
+                return rules
+            layer = vars(layer).get("strategy")
+        return DEFAULT_RULES
+
     def remember(self, messages: Iterable[Message]) -> list[Message]:
         """Keep this round's messages (Flower sets their ids when it pushes them)."""
         self._sent = list(messages)
@@ -225,7 +246,7 @@ class PlanChecked:
 
     def check(self, server_round: int, replies: Iterable[Message]) -> CheckedReplies:
         """:func:`check_replies` against the remembered messages, logging every rejection."""
-        checked = check_replies(getattr(self, "_sent", []), replies, self.array_claims)
+        checked = check_replies(getattr(self, "_sent", []), replies, self.array_claims, self.reply_rules_in_force())
         for reason in checked.rejected:
             _log.warning("round %d: %s; counted as a failed client", server_round, reason)
         # round -> {logical client: why it did not contribute}, in this layer's own __dict__ (a wrapper's
@@ -244,9 +265,10 @@ def round_problems(*layers: object) -> dict[int, dict[int, str]]:
     return out
 
 
-def exchange(grid: Grid, messages: list[Message], timeout: float | None, array_claims: str = "each") -> CheckedReplies:
+def exchange(grid: Grid, messages: list[Message], timeout: float | None, array_claims: str = "each",
+             rules: ReplyRules = DEFAULT_RULES) -> CheckedReplies:
     """Send ``messages`` (one exchange loop with fast polling) and check the replies against them."""
     from strategies.transport import send_and_receive
 
     replies = send_and_receive(grid, messages, timeout=timeout)
-    return check_replies(messages, replies, array_claims)
+    return check_replies(messages, replies, array_claims, rules)

@@ -3,7 +3,9 @@
 Composed like the DP wrappers (``RoundObserver(MatchedPerturbation(FedAvg))``) instead of
 replacing a live strategy's methods: a study that needs to capture what a round received
 (e.g. dfl-dp's victim gradients for the inversion attacks) or the round's aggregated metrics
-passes callbacks; the wrapped strategy sees exactly what it would have seen.
+passes callbacks. Replies are checked first (strategies.cohorts.check_replies, with the rules of
+the strategy it wraps): the callbacks and the wrapped strategy see the valid replies and, as error
+replies, everything refused, so a hostile reply reaches neither.
 """
 
 from __future__ import annotations
@@ -14,12 +16,13 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
 from flwr.serverapp import Grid
 
 from strategies.base import PatternStrategy
+from strategies.cohorts import PlanChecked
 
 RepliesHook = Callable[[int, list[Message]], None]
 ResultHook = Callable[[int, ArrayRecord | None, MetricRecord | None], None]
 
 
-class RoundObserver(PatternStrategy):
+class RoundObserver(PlanChecked, PatternStrategy):
     """Delegate everything to ``strategy``; call ``on_replies`` before and ``on_result`` after aggregation."""
 
     def __init__(self, strategy: PatternStrategy, on_replies: RepliesHook | None = None,
@@ -27,6 +30,7 @@ class RoundObserver(PatternStrategy):
         self.strategy = strategy
         self.on_replies = on_replies
         self.on_result = on_result
+        self.array_claims = getattr(strategy, "array_claims", "each")
 
     def summary(self) -> None:
         self.strategy.summary()
@@ -36,11 +40,11 @@ class RoundObserver(PatternStrategy):
 
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
                         grid: Grid) -> Iterable[Message]:
-        return self.strategy.configure_train(server_round, arrays, config, grid)
+        return self.remember(self.strategy.configure_train(server_round, arrays, config, grid))
 
     def aggregate_train(self, server_round: int,
                         replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
-        replies = list(replies)
+        replies = self.check(server_round, replies).replies
         if self.on_replies is not None:
             self.on_replies(server_round, replies)
         arrays, metrics = self.strategy.aggregate_train(server_round, replies)

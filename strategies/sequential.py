@@ -16,6 +16,7 @@ from flwr.serverapp import Grid
 
 from strategies.base import LogicalClientStrategy
 from strategies.cohorts import check_replies
+from strategies.reply_rules import DEFAULT_RULES, ReplyRules
 from strategies.records import client_arrays
 from strategies.transport import send_and_receive
 
@@ -31,8 +32,9 @@ class RelayGrid:
     client, so one dead or lying node does not end the round.
     """
 
-    def __init__(self, grid: Grid) -> None:
+    def __init__(self, grid: Grid, rules: ReplyRules = DEFAULT_RULES) -> None:
         self._grid = grid
+        self.rules = rules  # strategies.reply_rules: a hop's token must be shaped like the token it was sent
 
     def __getattr__(self, name: str):
         return getattr(self._grid, name)
@@ -44,7 +46,8 @@ class RelayGrid:
             if token is not None:
                 # The strategy's own message object travels (so its id matches the plan).
                 msg.content["arrays"] = token
-            checked = check_replies([msg], send_and_receive(self._grid, [msg], timeout=timeout), "last")
+            checked = check_replies([msg], send_and_receive(self._grid, [msg], timeout=timeout), "last",
+                                     self.rules)
             clients = list(msg.content["config"]["client-ids"])
             if checked.valid:
                 token = next(iter(client_arrays(checked.valid[0]).values()))
@@ -67,7 +70,7 @@ class SequentialDFL(LogicalClientStrategy):
         log.info("SequentialDFL: chain of %d clients, %d per message", len(self.client_ids), self.clients_per_message)
 
     def prepare_grid(self, grid: Grid) -> Grid:
-        return RelayGrid(grid)  # type: ignore[return-value]
+        return RelayGrid(grid, self.reply_rules_in_force())  # type: ignore[return-value]
 
     def aggregate_train(
         self, server_round: int, replies: Iterable[Message]

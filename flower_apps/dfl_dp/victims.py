@@ -51,12 +51,18 @@ def extract(replies: list[Message]) -> list[dict]:
         for key in list(c.config_records):
             if not key.startswith(META_PREFIX):
                 continue
-            cid = int(key[len(META_PREFIX):])
-            meta = c.config_records[key]
-            grad = c.array_records[f"{GRAD_PREFIX}{cid}"]
-            state = c.array_records[f"{STATE_PREFIX}{cid}"]
+            # A reply is validated before this runs (strategies.reply_rules), but a victim record is a side
+            # channel: one that is incomplete or not numeric is skipped, never allowed to end the run.
+            try:
+                cid = int(key[len(META_PREFIX):])
+                meta = c.config_records[key]
+                grad = c.array_records[f"{GRAD_PREFIX}{cid}"]
+                state = c.array_records[f"{STATE_PREFIX}{cid}"]
+                index, label = int(meta["index"]), int(meta["label"])
+            except (KeyError, ValueError, TypeError):
+                continue
             found.append({
-                "client": cid, "index": int(meta["index"]), "label": int(meta["label"]),
+                "client": cid, "index": index, "label": label,
                 "gradient": [torch.from_numpy(v.numpy().copy()) for v in grad.values()],
                 "gradient_names": list(grad.keys()),
                 "state": {k: torch.from_numpy(v.numpy().copy()) for k, v in state.items()},
