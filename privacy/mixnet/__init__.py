@@ -2,7 +2,8 @@
 
 Layers, bottom up (one module each): ``constants`` (sizes from one security
 parameter), ``crypto`` (``cryptography`` wrappers, LIONESS), ``header`` /
-``payload`` / ``packet`` / ``surb`` (Sphinx), ``replay``, ``routing`` /
+``payload`` / ``packet`` / ``surb`` (Sphinx), ``replay`` / ``keyring`` (replay
+window, key rotation), ``identity`` (signed peer records), ``routing`` /
 ``topology`` / ``peers``, ``outbox`` (mixing), ``messages`` / ``delivery``
 (fragments, acks, exactly-once), ``node`` (one peer, no I/O), ``simulator``
 (virtual time, adversary trace), ``net_*`` (one process per node over TLS),
@@ -19,6 +20,7 @@ from .errors import (
     InvalidPacket,
     InvalidPayload,
     InvalidPeerKey,
+    InvalidPeerRecord,
     InvalidSURB,
     MixnetError,
     ReplayDetected,
@@ -40,6 +42,7 @@ __all__ = [
     "InvalidPacket",
     "InvalidPayload",
     "InvalidPeerKey",
+    "InvalidPeerRecord",
     "InvalidSURB",
     "MixNode",
     "MixnetConfig",

@@ -24,7 +24,7 @@ from privacy.mixnet.net_tls import client_context, node_name
 from privacy.mixnet.peers import PeerInfo
 from privacy.mixnet.simulator import Simulator
 from privacy.mixnet.surb import create_surb
-from privacy.mixnet.testing import attacker_record, frame_to, make_hops, make_keys
+from privacy.mixnet.testing import attacker_record, frame_to, make_hops
 
 CFG = MixnetConfig(max_path_length=2, outbox_size=4, payload_size=1024, mu=0.05, ack_timeout=2.0)
 ATTACKER = 2  # an honest-looking, authenticated member of the network
