@@ -22,7 +22,7 @@ import difflib
 import math
 import re
 import tomllib
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import KW_ONLY, dataclass
 from pathlib import Path
 from typing import Any
@@ -42,6 +42,13 @@ def _num(x: float) -> str:
     return f"{x:g}"
 
 
+def toml_text(value: Any) -> str:
+    """A value as the user writes it in ``--run-config`` (``''``, ``'busi'``, ``2``, ``true``)."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    return repr(value)
+
+
 @dataclass(frozen=True)
 class Key:
     """One run key: the one declaration its default, checks, pyproject line and docs row derive from.
@@ -51,7 +58,9 @@ class Key:
     comma-separated subset of ``choices`` (no duplicates, at least ``min_items``); ``pattern``: the
     whole value must match it, ``allowed`` says so in words; ``parse``: a further check and
     conversion of the value (raises ValueError saying what is wrong). ``field`` names the config
-    dataclass field the key fills ("" = the name in snake_case).
+    dataclass field the key fills ("" = the name in snake_case). ``unused_when`` maps another key
+    to the values under which this key is not read (``{"dataset": ("mnist-5k",)}``): a value other
+    than the default is then refused rather than silently ignored.
     """
 
     name: str
@@ -71,6 +80,7 @@ class Key:
     allowed: str = ""
     parse: Callable[[Any], Any] | None = None
     field: str = ""
+    unused_when: Mapping[str, Collection[Any]] | None = None
 
     def __post_init__(self) -> None:
         if self.type not in (bool, int, float, str):
@@ -108,7 +118,11 @@ class Key:
         if self.choices is not None:
             subset = "comma-separated subset of " if self.many else "one of "
             return subset + ", ".join(self.shown_choices())
-        return self.allowed or self.bounds()
+        text = self.allowed or self.bounds()
+        for other, values in (self.unused_when or {}).items():
+            unused = f"only {toml_text(self.default)} with {other} {', '.join(map(str, values))} (not read)"
+            text = f"{text}; {unused}" if text else unused
+        return text
 
     def declaration(self) -> tuple:
         """What must agree wherever the key appears: name, default, type, doc."""
@@ -179,6 +193,17 @@ def _noise_seed_file(path: str) -> str:
     return path
 
 
+def _run_name(name: str) -> str:
+    """``run-name``: one folder name, so that a run writes inside ``<results-dir>/<study>/runs/`` only."""
+    if name in (".", "..") or any(c in name for c in "/\\\0") or Path(name).is_absolute():
+        raise ValueError(f"got {name!r}; a run name is one folder name inside <results-dir>/<study>/runs/: "
+                         "no '/', '\\' or NUL, not '.' or '..' (use results-dir to write elsewhere)")
+    return name
+
+
+# What a run does when its folder holds a finished run of the same config (flower_apps/common/results.py).
+RERUN = ("refuse", "replace")
+
 # Keys every study reads. A study may narrow one (``COMMON_KEYS["num-clients"].refine(ge=2)``) in its
 # KeyTable; it may not change its default (set it in a preset instead).
 COMMON: tuple[Key, ...] = (
@@ -186,7 +211,11 @@ COMMON: tuple[Key, ...] = (
     Key("preset", "paper", str, doc="the study's preset: values for the keys left at their default"),
     Key("seed", 0, int, ge=0, doc="seed of data splits, model init and client sampling (not of DP noise)"),
     Key("results-dir", "results", str, doc="folder under which each run writes <study>/runs/<run>/"),
-    Key("run-name", "", str, doc="name of the run's folder ('' = derived from the config)"),
+    Key("run-name", "", str, parse=_run_name, allowed="'' or one folder name (no '/', '\\', '.' or '..')",
+        doc="name of the run's folder under <results-dir>/<study>/runs/ ('' = derived from the config)"),
+    # Sweeps skip finished runs either way; this decides what a single run (flwr run, in-process) does.
+    Key("rerun", "refuse", str, choices=RERUN, doc="when the run folder holds a finished run of this config: refuse "
+        "(keep it; the run ends with an error naming the folder) or replace it"),
     Key("dataset", "mnist", str, doc="data source (each study lists the ones it reads)"),
     Key("data-dir", "", str, doc="where the dataset's files are ('' = the default data home)"),
     Key("data-fraction", 1.0, float, gt=0, le=1, doc="fraction of the data used (fixed-seed subsample)"),
@@ -257,8 +286,17 @@ class KeyTable:
         return {name: key.default for name, key in self.keys.items()}
 
     def check(self, c: dict[str, Any]) -> dict[str, Any]:
-        """Every single-key check, in table order; key name -> value converted for the dataclass."""
-        return {name: key.check(c[name]) for name, key in self.keys.items()}
+        """Every single-key check, in table order; key name -> value converted for the dataclass.
+
+        Then a key set for a choice that does not read it (``Key.unused_when``) is refused.
+        """
+        out = {name: key.check(c[name]) for name, key in self.keys.items()}
+        for name, key in self.keys.items():
+            for other, values in (key.unused_when or {}).items():
+                if c[other] in values and c[name] != key.default:
+                    raise ConfigError(f"{name}: {other} {c[other]!r} does not read {name}, got {c[name]!r}; "
+                                      f"allowed with {other} {c[other]!r}: {toml_text(key.default)} (the default)")
+        return out
 
     def build(self, cls: type, c: dict[str, Any]):
         """The config dataclass ``cls`` from a flat run config: each field from the key that fills it."""

@@ -11,7 +11,7 @@ from flwr.serverapp import Grid, ServerApp
 from flwr.simulation import run_simulation
 
 from flower_apps.common.logs import flower_logs_once
-from flower_apps.common.results import RunInProgress
+from flower_apps.common.results import RunFinished, RunInProgress, check_rerun, check_run_folder, run_folder
 from flower_apps.router import make_client_app, make_server_app, prepare
 
 
@@ -38,10 +38,17 @@ def simulate(server_app: ServerApp, num_supernodes: int, num_cpus: float = 1, nu
 
 def run_config_in_process(overrides: dict[str, Any], num_supernodes: int | None = None,
                           num_cpus: float = 1, num_gpus: float = 0.0) -> None:
-    """Validate ``overrides`` (raises before any work), then run them through the simulation."""
+    """Validate ``overrides`` and the run folder (raises before any work), then run them through the simulation.
+
+    A folder holding a finished run of another config, or of this one without ``rerun='replace'``, is
+    refused here, before Ray starts (the ServerApp checks again when it opens the folder).
+    """
     from flower_apps.config import RUN_CONFIG_DEFAULTS
 
-    _, cfg = prepare({**RUN_CONFIG_DEFAULTS, **overrides}, given=overrides)
+    spec, cfg = prepare({**RUN_CONFIG_DEFAULTS, **overrides}, given=overrides)
+    folder = run_folder(spec.name, cfg)
+    check_run_folder(folder, cfg)
+    check_rerun(folder, cfg)
     n = num_supernodes or _nodes_needed(cfg)
     simulate(make_server_app(overrides), n, num_cpus, num_gpus)
 
@@ -53,7 +60,8 @@ def run_many_in_process(configs: list[Any], server_main: Callable[[Grid, Any], d
 
     Clients are stateless (they read the config from each message), so consecutive runs
     share the virtual SuperNodes. Each run writes its own results folder as it finishes. A run whose
-    folder another process is writing (a second sweep over an overlapping grid) is skipped, not shared.
+    folder another process is writing (a second sweep over an overlapping grid) is skipped, not shared;
+    so is one that such a process finished meanwhile (its results are kept).
     """
     app = ServerApp()
 
@@ -62,7 +70,7 @@ def run_many_in_process(configs: list[Any], server_main: Callable[[Grid, Any], d
         for cfg in configs:
             try:
                 summary = server_main(grid, cfg)
-            except RunInProgress as e:  # another process (a second sweep) is writing it: leave it to that one
+            except (RunInProgress, RunFinished) as e:  # another process (a second sweep) writes or wrote it
                 print(f"skipped: {e}", flush=True)
                 continue
             if on_done:

@@ -10,6 +10,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from flower_apps.config import ConfigError
+
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:
     """Write ``data`` to ``path`` so that readers see the old file or the new one, never half."""
@@ -61,7 +63,7 @@ def config_hash(config: dict) -> str:
 
 
 # Config fields that cannot change a run's results: a finished run stays finished when they change.
-NOT_RESULTS = ("round_timeout",)
+NOT_RESULTS = ("round_timeout", "rerun")
 # Where a run's results go: not part of its identity, so a results folder can move (or be cloned).
 LOCATION = ("results_dir", "run_name")
 
@@ -114,17 +116,34 @@ def check_run_folder(folder: str | Path, cfg: Any) -> None:
     """Refuse (ConfigError) to write ``cfg``'s run into a folder that holds another config's finished run.
 
     Run folders are named by the config's run name, which does not spell out every key (``lr``,
-    ``batch-size``, ...): two configs can share a name. Rerunning the same config overwrites its
-    folder; a different one must not silently replace finished results.
+    ``batch-size``, ...): two configs can share a name. A different config must not silently replace
+    finished results (a finished run of the same config: :func:`check_rerun`).
     """
-    from flower_apps.config import ConfigError
-
     other = finished_hash(folder)
     if other and other not in run_hashes(cfg):
         raise ConfigError(
             f"run folder {folder} holds a finished run of another config (config_hash {other}, this run "
             f"{run_hash(cfg)}): keys outside the run name differ; set run-name (or the sweep's --results-dir) "
             f"to keep both, or delete the folder to replace it")
+
+
+class RunFinished(ConfigError):
+    """The run folder holds a finished run of this config and ``rerun`` is not 'replace' (it is kept)."""
+
+
+def check_rerun(folder: str | Path, cfg: Any) -> None:
+    """Refuse (:class:`RunFinished`, a ConfigError) to rerun a finished run of ``cfg`` unless its ``rerun``
+    key is 'replace'.
+
+    A rerun would overwrite the kept results (and the round checkpoint a later resume needs) with a new
+    draw of the noise; the sweeps skip such runs before they start. A folder without a summary (an
+    unfinished run) is resumed as before.
+    """
+    done = finished_hash(folder)
+    if done and done in run_hashes(cfg) and getattr(cfg, "rerun", "refuse") != "replace":
+        raise RunFinished(f"run folder {folder} holds a finished run of this config (summary.json, config_hash "
+                          f"{done}); it is kept. rerun: got 'refuse'; allowed: 'refuse', 'replace' (overwrite it), "
+                          "or set another run-name to keep both")
 
 
 RUN_LOCK = ".run.lock"
@@ -177,11 +196,13 @@ def open_run_folder(folder: str | Path, cfg: Any) -> Path:
     validated).
 
     Refuses, before writing anything, a folder holding another config's finished run
-    (:func:`check_run_folder`) and one that another process is writing (:class:`RunInProgress`).
+    (:func:`check_run_folder`), this config's finished run unless ``rerun='replace'``
+    (:func:`check_rerun`) and one that another process is writing (:class:`RunInProgress`).
     """
     import dataclasses
 
     check_run_folder(folder, cfg)
+    check_rerun(folder, cfg)
     out = Path(folder)
     out.mkdir(parents=True, exist_ok=True)
     _lock_run_folder(out)

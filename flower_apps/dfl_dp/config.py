@@ -62,6 +62,7 @@ class DflDpConfig:
     noise_seed_file: str = ""  # "" = secure DP noise; else a local seed file (privacy.randomness)
     node_local_data: bool = False  # deployment: nodes read their data-path (flower_apps/common/node_data.py)
     eval_data_path: str = ""  # with node_local_data: the coordinator's test set
+    rerun: str = "refuse"  # a finished run of this config in the folder: refuse or replace (not in the run hash)
 
     @property
     def victim_round(self) -> int:

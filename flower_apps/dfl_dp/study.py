@@ -15,6 +15,8 @@ ACTION = "dfl_dp"
 KEYS = KeyTable(STUDY, (
     COMMON_KEYS["num-clients"].refine(ge=2),
     COMMON_KEYS["dataset"].refine(choices=DATASETS),
+    # mnist-5k is the built-in offline subset (datasets/registry.py): it reads no files
+    COMMON_KEYS["data-dir"].refine(unused_when={"dataset": ("mnist-5k",)}),
     Key("framework", "fl", str, choices=FRAMEWORKS, doc="fl (FedAvg) or sequential-dfl (token passing)"),
     Key("dp", True, bool, doc="add the matched Gaussian perturbation (false: no clipping, no noise)"),
     Key("clip-norm", 1.0, float, gt=0, doc="C: L2 clipping norm of each update"),

@@ -61,6 +61,7 @@ class TabularPdpConfig:
     noise_seed_file: str = ""  # "" = secure DP noise; else a local seed file (privacy.randomness)
     audit_canaries: int = 0  # client-level audit per client (privacy/audit, strategies/canaries); 0 = none
     node_local_data: bool = False  # deployment: nodes read their data-path (flower_apps/common/node_data.py)
+    rerun: str = "refuse"  # a finished run of this config in the folder: refuse or replace (not in the run hash)
 
     def to_json(self) -> str:
         """Serialized form carried in every message."""

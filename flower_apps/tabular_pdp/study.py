@@ -39,6 +39,8 @@ def parse_levels(text: str) -> tuple[int, ...] | None:
 KEYS = KeyTable(STUDY, (
     COMMON_KEYS["num-clients"].refine(ge=2),
     COMMON_KEYS["dataset"].refine(choices=SOURCES),
+    # the synthetic table is generated (datasets/cancer.py); only cancer-csv reads data-dir
+    COMMON_KEYS["data-dir"].refine(unused_when={"dataset": ("cancer-synthetic",)}),
     SHARED_KEYS["lr"],
     SHARED_KEYS["batch-size"],
     SHARED_KEYS["local-epochs"],

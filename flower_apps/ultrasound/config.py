@@ -76,6 +76,7 @@ class UltrasoundConfig:
     eval_data_path: str = ""  # with node_local_data: the coordinator's folder with test/ and val/ (BUSI layout)
     audit_canaries: int = 0  # one-run DP-SGD audit of client 0 (flower_apps/ultrasound/audit.py); 0 = none
     audit_canary: str = "random-pixels"
+    rerun: str = "refuse"  # a finished run of this config in the folder: refuse or replace (not in the run hash)
 
     def to_json(self) -> str:
         """Serialized form carried in every message."""
@@ -89,9 +90,9 @@ class UltrasoundConfig:
         """The fields that can change this run's results (for resume hashing): DP knobs only with DP-SGD,
         mu only for FedProx, the server optimizer only for FedAdam; never output locations, the device,
         the per-sample-gradient implementation or the memory layout (same mathematics, other speed and
-        last-bit rounding), nor how long the server waits."""
+        last-bit rounding), nor how long the server waits or whether it may replace a finished run."""
         d = asdict(self)
-        for k in ("results_dir", "run_name", "device", "grad_sample_mode", "channels_last", "round_timeout"):
+        for k in ("results_dir", "run_name", "rerun", "device", "grad_sample_mode", "channels_last", "round_timeout"):
             d.pop(k)
         if not self.dp_sgd:
             for k in ("noise_multiplier", "max_grad_norm", "delta", "dp_finetune"):

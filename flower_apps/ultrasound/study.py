@@ -21,6 +21,8 @@ CANARY_KINDS = ("random-pixels", "mislabelled")  # the one-run DP-SGD audit's ca
 
 KEYS = KeyTable(STUDY, (
     COMMON_KEYS["dataset"].refine(choices=ULTRASOUND_SOURCES),
+    # synthetic images are generated (datasets/busi.py): they read no files
+    COMMON_KEYS["data-dir"].refine(unused_when={"dataset": ("synthetic",)}),
     SHARED_KEYS["lr"],
     SHARED_KEYS["batch-size"],
     SHARED_KEYS["local-epochs"],

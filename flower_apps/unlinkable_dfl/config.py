@@ -73,6 +73,7 @@ class UdflConfig:
     round_timeout: float  # wall seconds the ServerApp waits for one phase's replies
     node_local_data: bool = False  # deployment: SuperNodes train on their data-path (flower_apps/common/node_data.py)
     eval_data_path: str = ""  # with node_local_data: the coordinator's test set, on which it evaluates every node
+    rerun: str = "refuse"  # a finished run of this config in the folder: refuse or replace (not in the run hash)
 
     def to_json(self) -> str:
         """Serialized form carried in every message."""

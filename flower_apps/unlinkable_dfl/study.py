@@ -21,6 +21,8 @@ BYZANTINE_ATTACKS = ("arbitrary", "scaled")
 KEYS = KeyTable(STUDY, (
     COMMON_KEYS["num-clients"].refine(ge=3, field="num_nodes"),
     COMMON_KEYS["dataset"].refine(choices=DATASETS),
+    # mnist-5k is the built-in offline subset (datasets/registry.py): it reads no files
+    COMMON_KEYS["data-dir"].refine(unused_when={"dataset": ("mnist-5k",)}),
     Key("udfl-alpha", 10.0, float, gt=0, field="alpha", doc="Dirichlet label skew across nodes"),
     Key("udfl-model", "lenet5", str, choices=MODELS, field="model",
         doc="node model (squeezenet and mobilenetv2 need 3-channel data: cifar10)"),

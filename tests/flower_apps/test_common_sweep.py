@@ -198,14 +198,15 @@ def test_two_configs_sharing_a_run_folder_are_refused_before_any_run(tmp_path, c
 
 
 def test_a_finished_run_of_another_config_is_never_overwritten(tmp_path, capsys):
-    from flower_apps.common.results import atomic_write_json, open_run_folder, run_folder, run_hash
+    from flower_apps.common.results import RunFinished, atomic_write_json, open_run_folder, run_folder, run_hash
     from flower_apps.config import ConfigError
 
     old, new = _Run("a", str(tmp_path), lr=0.01), _Run("a", str(tmp_path), lr=0.1)
     folder = run_folder("s", old)
     open_run_folder(folder, old)
     atomic_write_json(folder / "summary.json", {"config_hash": run_hash(old), "acc": 0.9})
-    open_run_folder(folder, old)  # the same config again: allowed (it rewrites its own results)
+    with pytest.raises(RunFinished, match="holds a finished run of this config"):
+        open_run_folder(folder, old)  # the same config again: kept too (rerun='replace' overwrites it)
     with pytest.raises(ConfigError, match=f"holds a finished run of another config \\(config_hash {run_hash(old)}"):
         open_run_folder(folder, new)
     assert (folder / "summary.json").read_text().count("0.9") == 1  # untouched

@@ -35,6 +35,9 @@ FIELD_CHANGES = {
                        {"round_timeout": 3600.0, "node_local_data": False, "eval_data_path": ""}),
 }
 
+# issue 36: every study's config carries the rerun key (a finished run is kept unless 'replace'; not in the run hash)
+ADDED_EVERYWHERE = {"rerun": "refuse"}
+
 
 # preset -> values deliberately changed (a preset redefined by an issue, not a refactor)
 PRESET_CHANGES = {
@@ -50,7 +53,7 @@ PRESET_CHANGES = {
 def _expected(study: str, golden: dict, name: str = "") -> dict:
     renamed, added = FIELD_CHANGES.get(study, ({}, {}))
     out = {renamed.get(k, k): v for k, v in golden.items()}
-    return {**out, **added, **PRESET_CHANGES.get(name, {})}
+    return {**out, **added, **ADDED_EVERYWHERE, **PRESET_CHANGES.get(name, {})}
 
 
 @pytest.mark.parametrize("name", sorted(GOLDEN))
