@@ -102,4 +102,29 @@ def build_config(c: dict[str, Any]) -> DflDpConfig:
     need(cfg.audit_canaries % 2 == 0 and cfg.audit_canaries != 2, "audit-canaries",
          f"must be 0 or an even number >= 4 (half inserted, half held out; each half split in two), "
          f"got {cfg.audit_canaries}")
+    if cfg.dp:
+        check_accountant(cfg)
     return cfg
+
+
+def check_accountant(cfg: DflDpConfig) -> None:
+    """Refuse (ConfigError) DP settings the run's accountant cannot account for, before any work.
+
+    The same call the ServerApp makes for the summary (``privacy.accounting.account``): a noise
+    multiplier it divides by zero on (eps-cal=1e300), an epsilon that is not finite, or a sigma_abs
+    that is 0 or inf in the float32 model (flower_apps/accountable.py says which values work).
+    """
+    from flower_apps.accountable import noise_sd_error, refuse_unaccountable
+    from privacy.accounting import account
+
+    def epsilon(v: dict[str, Any]) -> float:
+        row = account(cfg.framework, v["clip-norm"], v["eps-cal"], v["num-clients"], v["num-rounds"],
+                      v["delta-cal"], v["delta-total"])
+        bad = noise_sd_error("sigma_abs", row.sigma_abs)
+        if bad:
+            raise ValueError(bad)
+        return max(row.eps_total, row.eps_rdp_accountant)
+
+    values = {"clip-norm": cfg.clip_norm, "eps-cal": cfg.eps_cal, "delta-cal": cfg.delta_cal,
+              "delta-total": cfg.delta_total, "num-clients": cfg.num_clients, "num-rounds": cfg.num_rounds}
+    refuse_unaccountable(KEYS.keys, values, epsilon, "the client-level RDP accountant (privacy/accounting.py)")

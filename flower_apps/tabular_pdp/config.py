@@ -98,7 +98,37 @@ def build_config(c: dict[str, Any]) -> TabularPdpConfig:
          f"must be 0 or an even number >= 4 per client (half inserted, half held out), got {cfg.audit_canaries}")
     need(cfg.audit_canaries == 0 or bool({"gdp", "pdp"} & set(cfg.settings)), "tab-audit-canaries",
          "an audit measures GDP or PDP: tab-settings must include gdp or pdp")
+    if {"gdp", "pdp"} & set(cfg.settings) and cfg.noise_multiplier > 0:  # 0: no noise, warned by the ServerApp
+        check_accountant(cfg)
     return cfg
+
+
+def check_accountant(cfg: TabularPdpConfig) -> None:
+    """Refuse (ConfigError) GDP/PDP settings the per-client ledger cannot account for, before any work.
+
+    The ledger's own function (``privacy.tabular_accounting.gaussian_epsilon``) at the release's
+    noise multiplier for equal client weights (n_eps) and for the heaviest possible client
+    (n_eps / num-clients: the largest epsilon any client can get); with a fixed clip norm, also the
+    GDP noise SD n_eps C / m for m = 1 and num-clients, which must be > 0 and finite in float32.
+    """
+    from flower_apps.accountable import noise_sd_error, refuse_unaccountable
+    from privacy.personalized import gdp_sigma
+    from privacy.tabular_accounting import gaussian_epsilon
+
+    def epsilon(v: dict[str, Any]) -> float:
+        n_eps, m = v["tab-noise-multiplier"], v["num-clients"]
+        if cfg.clip_mode == "fixed":
+            for cohort in (1, m):
+                bad = noise_sd_error("the GDP noise SD n_eps C / m", gdp_sigma(n_eps, v["tab-clip-norm"], cohort))
+                if bad:
+                    raise ValueError(bad)
+        return max(gaussian_epsilon(z, v["num-rounds"], v["delta-total"])["eps_rdp"] for z in (n_eps, n_eps / m))
+
+    values = {"tab-noise-multiplier": cfg.noise_multiplier, "num-rounds": cfg.num_rounds,
+              "delta-total": cfg.delta, "num-clients": cfg.num_clients}
+    if cfg.clip_mode == "fixed":
+        values["tab-clip-norm"] = cfg.clip_norm
+    refuse_unaccountable(KEYS.keys, values, epsilon, "the GDP/PDP ledger (privacy/tabular_accounting.py)")
 
 
 def config_for(preset: str = "smoke", **overrides: Any) -> TabularPdpConfig:

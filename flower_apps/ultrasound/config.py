@@ -164,4 +164,28 @@ def build_config(c: dict[str, Any]) -> UltrasoundConfig:
         need(cfg.preset == "smoke", "dataset" if cfg.dataset == "synthetic" else "us-synthetic-fallback",
              f"synthetic images are for the smoke preset only (got preset={cfg.preset!r}); "
              "reported results need real data: put BUSI in ../shared/data/busi/ or pass data-dir")
+    if cfg.dp_sgd and cfg.noise_multiplier > 0:  # 0: clipping only, warned by privacy.dpsgd (epsilon infinite)
+        check_accountant(cfg)
     return cfg
+
+
+def check_accountant(cfg: UltrasoundConfig) -> None:
+    """Refuse (ConfigError) DP-SGD settings the RDP accountant cannot account for, before any work.
+
+    The ServerApp's own function (``privacy.dpsgd.rdp_epsilon``) on a nominal ledger: sample rate 1,
+    one step per local epoch (the real rates and steps depend on the clients' data, known only
+    later); and the noise SD z C Opacus adds to the summed gradients must be > 0 and finite in float32.
+    """
+    from flower_apps.accountable import noise_sd_error, refuse_unaccountable
+    from privacy.dpsgd import DpSgdEvent, rdp_epsilon
+
+    def epsilon(v: dict[str, Any]) -> float:
+        z = v["us-noise-multiplier"]
+        bad = noise_sd_error("the DP-SGD noise SD z C", z * v["us-max-grad-norm"])
+        if bad:
+            raise ValueError(bad)
+        return rdp_epsilon([DpSgdEvent(z, 1.0, v["num-rounds"] * v["local-epochs"])], v["us-delta"])
+
+    values = {"us-noise-multiplier": cfg.noise_multiplier, "us-max-grad-norm": cfg.max_grad_norm,
+              "us-delta": cfg.delta, "num-rounds": cfg.num_rounds, "local-epochs": cfg.local_epochs}
+    refuse_unaccountable(KEYS.keys, values, epsilon, "the DP-SGD RDP accountant (privacy/dpsgd/ledger.py)")
