@@ -27,9 +27,7 @@ from dataclasses import KW_ONLY, dataclass
 from pathlib import Path
 from typing import Any
 
-
-class ConfigError(ValueError):
-    """A run config that cannot run; the message names the key and the allowed values."""
+from flower_apps.errors import ConfigError  # noqa: F401  (re-exported: flower_apps.config.ConfigError, as always)
 
 
 def need(cond: bool, key: str, msg: str) -> None:

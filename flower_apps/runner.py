@@ -46,9 +46,10 @@ def run_config_in_process(overrides: dict[str, Any], num_supernodes: int | None 
     from flower_apps.config import RUN_CONFIG_DEFAULTS
 
     spec, cfg = prepare({**RUN_CONFIG_DEFAULTS, **overrides}, given=overrides)
-    folder = run_folder(spec.name, cfg)
-    check_run_folder(folder, cfg)
-    check_rerun(folder, cfg)
+    if all(hasattr(cfg, a) for a in ("results_dir", "run_name", "default_run_name")):  # the studies' run folders
+        folder = run_folder(spec.name, cfg)
+        check_run_folder(folder, cfg)
+        check_rerun(folder, cfg)
     n = num_supernodes or _nodes_needed(cfg)
     simulate(make_server_app(overrides), n, num_cpus, num_gpus)
 

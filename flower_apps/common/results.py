@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from flower_apps.config import ConfigError
+from flower_apps.errors import ConfigError
 
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:
