@@ -191,6 +191,24 @@ def _noise_seed_file(path: str) -> str:
     return path
 
 
+# Config fields that say where things live or run, not what is computed: a deployed run (node-local-data,
+# eval-data-path) draws its simulation's noise, as do a moved seed file and another device.
+_NOT_NOISE_CONDITION = {"noise_seed_file": "", "node_local_data": False, "eval_data_path": "", "device": "auto"}
+
+
+def noise_condition(cfg: Any) -> str:
+    """What a seeded noise stream mixes besides its secret (``privacy.randomness.NoiseSource``).
+
+    The run's identity (``run_hash``: the resolved config without output locations or timeouts)
+    with the fields of :data:`_NOT_NOISE_CONDITION` reset: two runs draw the same seeded
+    noise only when they compute the same thing, never two grid points (two eps-cal) of one seed.
+    """
+    from flower_apps.common.results import run_hash
+
+    names = {f.name for f in dataclasses.fields(cfg)}
+    return run_hash(dataclasses.replace(cfg, **{k: v for k, v in _NOT_NOISE_CONDITION.items() if k in names}))
+
+
 def _run_name(name: str) -> str:
     """``run-name``: one folder name, so that a run writes inside ``<results-dir>/<study>/runs/`` only."""
     if name in (".", "..") or any(c in name for c in "/\\\0") or Path(name).is_absolute():
@@ -226,9 +244,11 @@ COMMON: tuple[Key, ...] = (
     Key("round-timeout", 3600.0, float, gt=0, unit="seconds",
         doc="wall seconds the ServerApp waits for one round's replies; missing ones count as failed"),
     # "" = secure (OS entropy, reproducible by nobody); a path = a LOCAL file whose content seeds the
-    # noise of the party that reads it (research opt-in; only the path travels in messages).
+    # noise the SERVER adds (research opt-in). The run config is the coordinator's: it never names a
+    # client's seed file (ultrasound refuses this key; its clients read their own, client_app.py).
     Key("noise-seed-file", "", str, parse=_noise_seed_file, allowed="'' or a readable local file",
-        doc="DP noise randomness: '' = OS entropy; a path = a local seed file (privacy/randomness.py)"),
+        doc="the server's DP noise randomness: '' = OS entropy; a path = the server's local seed file, "
+            "mixed with the run's config hash (privacy/randomness.py); never a client's"),
 )
 COMMON_KEYS: dict[str, Key] = {k.name: k for k in COMMON}
 COMMON_NAMES = frozenset(COMMON_KEYS)

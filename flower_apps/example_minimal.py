@@ -26,7 +26,7 @@ from flower_apps.common.local_training import evaluate, train_local
 from flower_apps.common.results import atomic_write_json, atomic_write_jsonl, run_hash
 from flower_apps.common.seeding import client_generator
 from flower_apps.common.torch_utils import record_to_state, state_to_record
-from flower_apps.config import COMMON_KEYS, SHARED_KEYS, Key, KeyTable, StudySpec
+from flower_apps.config import COMMON_KEYS, SHARED_KEYS, Key, KeyTable, StudySpec, noise_condition
 from privacy.randomness import NoiseSource
 from strategies.cohorts import client_ids_of, config_record, wait_for_nodes
 from strategies.observer import RoundObserver
@@ -102,7 +102,7 @@ def server_main(grid: Grid, cfg: ExampleConfig) -> dict:
     wait_for_nodes(grid, 1)
     strategy = build_strategy("fl", list(range(cfg.num_clients)), ACTION, cfg.clients_per_message, dp=True,
                               clip_norm=cfg.ex_clip_norm, eps_cal=cfg.ex_eps_cal,
-                              noise=NoiseSource(cfg.noise_seed_file), stream=(cfg.seed,))
+                              noise=NoiseSource(cfg.noise_seed_file, noise_condition(cfg)), stream=(cfg.seed,))
     rounds: list[dict] = []
 
     def keep_round(server_round: int, arrays, metrics: MetricRecord | None) -> None:

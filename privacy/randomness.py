@@ -3,9 +3,12 @@
 Threat model. DP noise protects a party's contribution from the parties that see the noised
 release: the server's noise (matched perturbation, GDP, PDP) hides a client's update from the
 other clients and from anyone who sees the released model; a client's DP-SGD noise hides its
-examples from the server. The noise therefore must not be reproducible by those parties. The
-run seed travels to every client inside the run config, so noise must never be derived from it
-(an earlier version did, and any client could subtract the server's noise exactly).
+examples from the server. The noise therefore must not be reproducible by those parties, and the
+party that adds the noise alone holds its secret: the server for dfl-dp and tabular-pdp, each
+client for ultrasound DP-SGD. The run seed travels to every client inside the run config, so
+noise must never be derived from it (an earlier version did, and any client could subtract the
+server's noise exactly); nor may a message name a client's seed file (an earlier version let the
+coordinator's run config do so, and the coordinator replayed that client's noise).
 
 Two modes:
 
@@ -13,9 +16,13 @@ Two modes:
   drawn by the party that adds the noise, at the moment it needs them. Nothing that any
   message carries determines the noise. (Opacus' ``secure_mode`` would also need
   ``torchcsprng``, which has no build for current torch; see README, *Privacy*.)
-* ``seeded`` (research opt-in): the seed is the content of a *local file* named by the
-  ``noise-seed-file`` run key. Only the path travels in messages, never the content; each
-  party reads its own copy (in a deployment, its own file). The same file gives the same
+* ``seeded`` (research opt-in): the seed is the content of a *local file* that the party adding
+  the noise takes from its own configuration (the server: the ``noise-seed-file`` run key, which
+  is the server's; a client: its SuperNode's node config or its own environment, never a
+  message). The file's secret is mixed with the run's *condition* (a hash of its resolved
+  config, supplied by the app) and the stream labels (mechanism, seed, client, round), so two
+  runs share noise only when they are the same run: released models of two grid points (say two
+  eps-cal values) cannot be combined to cancel the noise. The same file and config give the same
   noise, so a DP run can be repeated bit for bit. Anyone who can read the file can remove the
   noise: keep it private to the party whose noise it seeds.
 
@@ -51,16 +58,26 @@ def _seed_from_file(path: str) -> int:
     return int.from_bytes(hashlib.sha256(data).digest(), "big")
 
 
+def _condition_word(condition: str) -> int:
+    """256 bits that stand for a run's condition (domain-separated from the file's hash)."""
+    return int.from_bytes(hashlib.sha256(b"ppfl-noise-condition\0" + condition.encode()).digest(), "big")
+
+
 @dataclass(frozen=True)
 class NoiseSource:
     """A party's source of DP-noise randomness.
 
     Parameters
     ----------
-    seed_file : path of a local secret file (seeded mode), or "" / None for secure mode.
+    seed_file : path of a local secret file (seeded mode), or "" / None for secure mode. The party
+        that adds the noise takes it from its own configuration, never from a message.
+    condition : what the seeded stream mixes besides the secret and the stream labels: the app
+        passes a hash of the run's resolved config (``flower_apps.config.noise_condition``), so
+        that no two runs share noise unless they are the same run. Ignored in secure mode.
     """
 
     seed_file: str | None = None
+    condition: str = ""
 
     @property
     def mode(self) -> str:
@@ -73,11 +90,12 @@ class NoiseSource:
             _seed_from_file(self.seed_file)
 
     def seed_sequence(self, *stream: int) -> np.random.SeedSequence:
-        """Fresh OS entropy (secure) or the file's secret mixed with ``stream`` (seeded)."""
+        """Fresh OS entropy (secure) or the file's secret mixed with the condition and ``stream`` (seeded)."""
         if any(int(s) < 0 for s in stream):
             raise ValueError(f"stream labels must be >= 0, got {stream}")
         if self.seed_file:
-            return np.random.SeedSequence([_seed_from_file(self.seed_file), *map(int, stream)])
+            return np.random.SeedSequence([_seed_from_file(self.seed_file), _condition_word(self.condition),
+                                           *map(int, stream)])
         return np.random.SeedSequence(secrets.randbits(256))
 
     def numpy_generator(self, *stream: int) -> np.random.Generator:

@@ -19,6 +19,7 @@ from flower_apps.common.results import (
     atomic_write_json, atomic_write_jsonl, atomic_write_text, close_run_folder, open_run_folder, run_finished,
     run_folder, run_hash)
 from flower_apps.common.torch_utils import pick_device, record_to_state, save_state_dict, state_to_record
+from flower_apps.config import noise_condition
 from flower_apps.dfl_dp.config import ACTION, DflDpConfig
 from flower_apps.common.node_data import PlacedGrid, RoundErrors, discover, node_of
 from flower_apps.dfl_dp.data import eval_plan
@@ -88,14 +89,14 @@ def server_main(grid: Grid, cfg: DflDpConfig) -> dict:
     canaries = auditor = audit_rng = None
     if cfg.audit_canaries:
         # The auditor's own randomness (OS entropy, or the local seed file on another stream than the noise).
-        audit_rng = auditor_generator(cfg.noise_seed_file, cfg.seed)
+        audit_rng = auditor_generator(cfg.noise_seed_file, cfg.seed, condition=noise_condition(cfg))
         w0 = flat_params(to_numpy(initial))
         canaries = make_canaries(cfg.audit_canaries, w0.size, cfg.clip_norm, audit_rng)
         auditor = ReleaseObserver(canaries, w0)  # sees the released models only
     strategy = build_strategy(
         cfg.framework, client_ids, ACTION, cfg.clients_per_message, dp=cfg.dp,
         clip_norm=cfg.clip_norm, eps_cal=cfg.eps_cal, delta_cal=cfg.delta_cal,
-        noise=NoiseSource(cfg.noise_seed_file), stream=(cfg.seed,), canaries=canaries,
+        noise=NoiseSource(cfg.noise_seed_file, noise_condition(cfg)), stream=(cfg.seed,), canaries=canaries,
     )
     log.info("dfl-dp %s: %d logical clients on %d nodes, %d rounds, data %s (%d target-train)",
              out.name, len(client_ids), len(nodes), cfg.num_rounds, plan.name, _n_train(plan))

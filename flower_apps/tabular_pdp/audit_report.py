@@ -38,10 +38,11 @@ class SettingAudit:
 
     def __init__(self, per_client: int, seed: int, seed_file: str, setting: str, clients: list[int],
                  w0: ArrayRecord, clip_norm: float, sizes: dict[int, int], risks: dict[int, float],
-                 delta: float) -> None:
+                 delta: float, condition: str = "") -> None:
         self.setting, self.delta = setting, delta
-        # The auditor's own randomness: OS entropy, or the local seed file on another stream than the noise.
-        self.rng = auditor_generator(seed_file, seed, SETTING_STREAM[setting])
+        # The auditor's own randomness: OS entropy, or the local seed file on another stream than the noise
+        # (mixed with the run's condition, flower_apps.config.noise_condition).
+        self.rng = auditor_generator(seed_file, seed, SETTING_STREAM[setting], condition=condition)
         flat0 = flat_params(to_numpy(w0))
         groups = np.repeat(np.asarray(sorted(clients), dtype=np.int64), per_client)
         self.canaries = make_canaries(groups.size, flat0.size, clip_norm, self.rng, groups=groups)

@@ -28,6 +28,7 @@ from flower_apps.common.results import (
     atomic_write_json, atomic_write_jsonl, close_run_folder, open_run_folder, run_finished, run_folder, run_hash)
 from flower_apps.common.torch_utils import record_to_state, save_state_dict, state_to_record
 from flower_apps.common.node_data import PlacedGrid, RoundErrors, discover, node_of
+from flower_apps.config import noise_condition
 from flower_apps.tabular_pdp.config import ACTION, TabularPdpConfig
 from flower_apps.tabular_pdp.data import model_features
 from flower_apps.tabular_pdp.model import build_model
@@ -94,8 +95,10 @@ def local_fit(grid: Grid, cfg: TabularPdpConfig, clients: list[int], arrays: Arr
 def _strategy(setting: str, cfg: TabularPdpConfig, clients: list[int], clip_norm: float, risks: dict[int, float],
               canaries=None):
     base = CohortFedAvg(clients, ACTION)
-    # Secret noise (OS entropy) unless a local noise-seed-file is given: never from the run seed.
-    rng = NoiseSource(cfg.noise_seed_file).numpy_generator(STREAM_TABULAR_SERVER, cfg.seed, SETTING_CODE[setting])
+    # Secret noise (OS entropy) unless the server's local noise-seed-file is given: never from the run seed;
+    # seeded, mixed with the run's config hash (no two grid points share noise).
+    rng = NoiseSource(cfg.noise_seed_file, noise_condition(cfg)).numpy_generator(STREAM_TABULAR_SERVER, cfg.seed,
+                                                                                 SETTING_CODE[setting])
     if setting == "vanilla":
         strat = base
     elif setting == "gdp":
@@ -120,7 +123,7 @@ def run_setting(grid: Grid, cfg: TabularPdpConfig, setting: str, clients: list[i
         from flower_apps.tabular_pdp.audit_report import SettingAudit
 
         audit = SettingAudit(cfg.audit_canaries, cfg.seed, cfg.noise_seed_file, setting, clients, w0, clip_norm,
-                             sizes, risks, cfg.delta)
+                             sizes, risks, cfg.delta, condition=noise_condition(cfg))
     outer, dp, base = _strategy(setting, cfg, clients, clip_norm, risks, audit.weighted if audit else None)
     train_config = phase_config(cfg, "fit", levels)
     t0 = time.perf_counter()

@@ -7,17 +7,21 @@ when the strategy sends it.
 
 from __future__ import annotations
 
+import hashlib
+import os
 import time
 
-from flwr.app import ConfigRecord, Context, Message, MetricRecord, RecordDict
+from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 
 from flower_apps.common.torch_utils import pick_device, record_to_state, state_to_record
+from flower_apps.config import noise_condition
 from flower_apps.ultrasound import audit
 from flower_apps.ultrasound.config import UltrasoundConfig
 from datasets.base import DataError
 from flower_apps.common.node_data import describe_reply, error_reply, is_query, node_data_path, node_name
 from flower_apps.ultrasound.data import build_data, data_key, node_clients
 from flower_apps.ultrasound.models import model_skeleton
+from flower_apps.ultrasound.study import NODE_SEED_KEY, NOISE_SEED_ENV
 from flower_apps.ultrasound.train import DpSettings, client_seed, evaluate, lr_at_round, train_local
 from privacy.randomness import NoiseSource
 from strategies.cohorts import client_ids_of
@@ -25,16 +29,55 @@ from strategies.cohorts import client_ids_of
 METRICS_KEY = "metrics"
 
 
-def dp_settings(cfg: UltrasoundConfig, context: Context | None = None) -> DpSettings | None:
-    """DP-SGD settings; the noise source is the client's own (never derived from the run seed).
+class NoiseSeedError(ValueError):
+    """A node asked for seeded DP-SGD noise that has no usable seed file of its own."""
 
-    A SuperNode started with ``--node-config "noise-seed-file='...'"`` uses its own local file,
-    else the run config's ``noise-seed-file`` (read on this node), else OS entropy.
+
+def node_seed_file(context: Context | None) -> str:
+    """This node's own seed file: its SuperNode's ``--node-config noise-seed-file``, else ``$PPFL_NOISE_SEED_FILE``.
+
+    Both are the node's configuration; the run config (the coordinator's) is never read here.
+    """
+    node_config = context.node_config if context is not None else {}
+    return str(node_config.get(NODE_SEED_KEY, "") or os.environ.get(NOISE_SEED_ENV, ""))
+
+
+def received_digest(arrays: ArrayRecord) -> str:
+    """SHA-256 of a received model (names, dtypes, shapes, bytes): part of a seeded stream's condition."""
+    h = hashlib.sha256()
+    for name, a in arrays.items():
+        h.update(f"{name}|{a.dtype}|{tuple(a.shape)}|".encode())
+        h.update(a.data)
+    return h.hexdigest()
+
+
+def dp_settings(cfg: UltrasoundConfig, context: Context | None = None,
+                received: ArrayRecord | None = None) -> DpSettings | None:
+    """DP-SGD settings; the noise source is the training node's own (never the run seed, never the run config).
+
+    ``us-noise-mode='secure'``: OS entropy. ``'seeded'``: this node's own seed file
+    (:func:`node_seed_file`), mixed with the run's condition (:func:`flower_apps.config.noise_condition`)
+    and the model the node received: a coordinator that sends the same round twice with another model
+    gets other noise, so it cannot cancel the noise of two replies. A node asked for seeded noise that
+    has no seed file of its own raises :class:`NoiseSeedError` (the client replies with it) rather than
+    falling back to OS entropy or to a path the coordinator names.
     """
     if not cfg.dp_sgd:
         return None
-    node_file = str((context.node_config if context is not None else {}).get("noise-seed-file", ""))
-    noise = NoiseSource(node_file or cfg.noise_seed_file)
+    noise = NoiseSource()
+    if cfg.noise_mode == "seeded":
+        path = node_seed_file(context)
+        if not path:
+            raise NoiseSeedError(
+                f"us-noise-mode='seeded' but this node has no seed file of its own: start its SuperNode with "
+                f"--node-config \"{NODE_SEED_KEY}='/path'\" (in a simulation: {NOISE_SEED_ENV}=/path in its "
+                "environment); the run config never names a client's seed file")
+        condition = noise_condition(cfg) + ("" if received is None else "/" + received_digest(received))
+        noise = NoiseSource(path, condition=condition)
+        try:
+            noise.check()
+        except (OSError, ValueError) as exc:
+            raise NoiseSeedError(f"this node's seed file: {exc}") from None
     return DpSettings(cfg.noise_multiplier, cfg.max_grad_norm, cfg.grad_sample_mode, noise=noise)
 
 
@@ -54,6 +97,10 @@ def train(msg: Message, context: Context) -> Message:
             raise DataError(f"holds clients {sorted(data.x)}, asked for client {cid}")
     except DataError as exc:
         return error_reply(msg, name, exc)
+    try:  # before any work: a node asked for seeded noise without a seed file of its own refuses
+        dp = dp_settings(cfg, context, msg.content["arrays"])
+    except NoiseSeedError as exc:
+        return error_reply(msg, name, exc)
     server_round = int(conf["server-round"])
     device = pick_device(cfg.device)
     model = model_skeleton(cfg.arch, data.num_classes, cfg.image_size, cfg.dp_sgd, cfg.dp_finetune)
@@ -61,14 +108,14 @@ def train(msg: Message, context: Context) -> Message:
     x, y = data.client_train_data(cid)
     owners = data.train_owners()[data.client_train[cid]] if path is None else data.owners(cid)
     if cfg.mode == "local":
-        return _local_only(msg, cfg, cid, model, x, y, owners, data, device, t0, context)
+        return _local_only(msg, cfg, cid, model, x, y, owners, data, device, t0, dp)
     mu = float(conf["proximal-mu"]) if "proximal-mu" in conf else 0.0
     lr = lr_at_round(cfg.lr, server_round, cfg.num_rounds)
     canaries, x, y, owners = audit.client_hook(cfg, cid, x, y, owners, data.num_classes)  # us-audit-canaries > 0 only
     loss_received = audit.canary_losses(model, canaries, device) if canaries is not None else None
     stats = train_local(model, x, y, epochs=cfg.local_epochs, batch_size=cfg.batch_size, lr_for_epoch=lambda e: lr,
                         device=device, seed=client_seed(cfg.seed, server_round, cid), proximal_mu=mu,
-                        dp=dp_settings(cfg, context), owners=owners, profiles=data.profiles,
+                        dp=dp, owners=owners, profiles=data.profiles,
                         channels_last=cfg.channels_last)
     metrics = MetricRecord({
         "num-examples": int(len(y)), "client-id": cid, "client-ids": [cid], "train-loss": stats.loss,
@@ -84,7 +131,7 @@ def train(msg: Message, context: Context) -> Message:
     return Message(content, reply_to=msg)
 
 
-def _local_only(msg, cfg, cid, model, x, y, owners, data, device, t0, context) -> Message:
+def _local_only(msg, cfg, cid, model, x, y, owners, data, device, t0, dp) -> Message:
     """Local-only baseline: this client alone, T x E epochs with the same schedule, test after each T-step."""
     curve: list[float] = []
     e_per_round = cfg.local_epochs
@@ -95,7 +142,7 @@ def _local_only(msg, cfg, cid, model, x, y, owners, data, device, t0, context) -
 
     stats = train_local(model, x, y, epochs=cfg.num_rounds * e_per_round, batch_size=cfg.batch_size,
                         lr_for_epoch=lambda e: lr_at_round(cfg.lr, -(-e // e_per_round), cfg.num_rounds),
-                        device=device, seed=client_seed(cfg.seed, 0, cid), dp=dp_settings(cfg, context), owners=owners,
+                        device=device, seed=client_seed(cfg.seed, 0, cid), dp=dp, owners=owners,
                         profiles=data.profiles, on_epoch_end=on_epoch_end, channels_last=cfg.channels_last)
     test = evaluate(model, data.x["test"], data.y["test"], device)
     xv, yv = data.client_val_data(cid)

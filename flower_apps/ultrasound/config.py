@@ -71,7 +71,10 @@ class UltrasoundConfig:
     run_name: str
     preset: str
     round_timeout: float  # wall seconds the ServerApp waits for one round's replies
-    noise_seed_file: str = ""  # "" = secure DP noise; else a local seed file (privacy.randomness)
+    # Always "" (the key refuses a path: a client's seed file is its node's, client_app.dp_settings); kept so
+    # that the run hashes of earlier runs stay. No client reads it.
+    noise_seed_file: str = ""
+    noise_mode: str = "secure"  # DP-SGD noise: secure (OS entropy) or seeded (each training node's own seed file)
     node_local_data: bool = False  # deployment: SuperNodes train on their data-path (flower_apps/common/node_data.py)
     eval_data_path: str = ""  # with node_local_data: the coordinator's folder with test/ and val/ (BUSI layout)
     audit_canaries: int = 0  # one-run DP-SGD audit of client 0 (flower_apps/ultrasound/audit.py); 0 = none
@@ -99,6 +102,8 @@ class UltrasoundConfig:
                 d[k] = None
         if self.head_init == "timm":  # runs with timm's head keep the hash they had before the key existed
             d.pop("head_init")
+        if not self.dp_sgd or self.noise_mode == "secure":  # secure runs keep the hash they had before the key
+            d.pop("noise_mode")
         if not self.audit_canaries:  # un-audited runs keep the hash they had before the audit keys existed
             d.pop("audit_canaries")
             d.pop("audit_canary")

@@ -28,15 +28,15 @@ from flower_apps.common.results import (
     run_folder, run_hash)
 from flower_apps.common.torch_utils import pick_device, record_to_state, save_state_dict, state_to_record
 from flower_apps.ultrasound import audit
+from flower_apps.ultrasound.client_app import dp_settings
 from flower_apps.ultrasound.config import ACTION, UltrasoundConfig
 from flower_apps.common.node_data import PlacedGrid, discover
 from flower_apps.ultrasound.data import UltrasoundData, build_data, coordinator_data, data_key
 from flower_apps.ultrasound.models import create_model
 from flower_apps.ultrasound.report import write_run_outputs
 from flower_apps.ultrasound.strategy import build_ultrasound_strategy
-from flower_apps.ultrasound.train import DpSettings, client_seed, evaluate, lr_at_round, train_local
+from flower_apps.ultrasound.train import client_seed, evaluate, lr_at_round, train_local
 from privacy.dpsgd import DpSgdLedger, paper_sqrt_t_bound, rdp_epsilon
-from privacy.randomness import NoiseSource
 from strategies.base import FastGrid
 from strategies.cohorts import build_train_messages, exchange, plan_cohorts, wait_for_nodes
 from strategies.resume import (CHECKPOINT, checkpoint_arrays, drop_checkpoint, encode_checkpoint, load_checkpoint,
@@ -136,8 +136,8 @@ def server_main(grid: Grid, cfg: UltrasoundConfig) -> dict:
         "dp_sgd": cfg.dp_sgd, "max_grad_norm": cfg.max_grad_norm if cfg.dp_sgd else None,
         "noise_multiplier": cfg.noise_multiplier if cfg.dp_sgd else None,
         "grad_sample_mode": cfg.grad_sample_mode if cfg.dp_sgd else None,
-        # DP-SGD noise is drawn on each client; this is the run config's source (a node may use its own file).
-        **(NoiseSource(cfg.noise_seed_file).describe() if cfg.dp_sgd else {}),
+        # DP-SGD noise is drawn by each training node from its own source; the server never learns a seed file.
+        **({"noise_mode": cfg.noise_mode, "noise_seed_file": None} if cfg.dp_sgd else {}),
         "proximal_mu": cfg.proximal_mu if cfg.method == "fedprox" else None,
         "n_train": int(len(data.y["train"])), "n_val": int(len(data.y["val"])), "n_test": int(len(data.y["test"])),
         "device": str(device), "wall_seconds": time.perf_counter() - t_start,
@@ -278,8 +278,8 @@ def _centralized(cfg: UltrasoundConfig, model, data: UltrasoundData, device):
         atomic_write_jsonl(run_dir(cfg) / "rounds.jsonl", rounds)
         last["t"] = time.perf_counter()
 
-    dp = (DpSettings(cfg.noise_multiplier, cfg.max_grad_norm, cfg.grad_sample_mode,
-                     noise=NoiseSource(cfg.noise_seed_file)) if cfg.dp_sgd else None)
+    # The server trains here, so it is the noise authority: its own seed file ($PPFL_NOISE_SEED_FILE) when seeded.
+    dp = dp_settings(cfg, received=state_to_record(model))
     # Every torch thread of this process (all cores unless OMP_NUM_THREADS / torch.set_num_threads says
     # otherwise): the clients' actors sit idle during a centralized run. Runs before 2026-12-02 capped this
     # at half the cores (one thread on 2 cores, twice the wall time; benchmarks/ultrasound_centralized_threads.py).

@@ -11,6 +11,7 @@ from datasets.busi import TASKS, ULTRASOUND_SOURCES
 from flower_apps.config import COMMON_KEYS, SHARED_KEYS, Key, KeyTable
 from flower_apps.ultrasound.models import ARCHS, DP_FINETUNE, HEAD_INITS
 from privacy.dpsgd import GRAD_SAMPLE_MODES
+from privacy.randomness import NOISE_MODES
 
 STUDY = "ultrasound"
 ACTION = "ultrasound"
@@ -19,8 +20,27 @@ MODES = ("federated", "centralized", "local")
 PARTITIONS = ("iid", "non-iid", "label", "quantity", "feature")
 CANARY_KINDS = ("random-pixels", "mislabelled")  # the one-run DP-SGD audit's canaries (flower_apps/ultrasound/audit.py)
 
+# Where a training node finds its own DP-SGD seed file (us-noise-mode='seeded'): its SuperNode's
+# --node-config key, else this variable in its own environment (simulations: one node config for all).
+NODE_SEED_KEY = "noise-seed-file"
+NOISE_SEED_ENV = "PPFL_NOISE_SEED_FILE"
+
+
+def _no_seed_file_in_run_config(path: str) -> str:
+    """Ultrasound's DP noise is each client's (DP-SGD): the coordinator's run config may not name its seed."""
+    if path:
+        raise ValueError(
+            f"got {path!r}; ultrasound's DP-SGD noise is added by each client, and the run config (the "
+            "coordinator's) never names a client's seed file: set us-noise-mode='seeded' and give each "
+            f"SuperNode its own file (--node-config \"{NODE_SEED_KEY}='/path'\"; in a simulation, "
+            f"{NOISE_SEED_ENV}=/path in the clients' environment)")
+    return path
+
+
 KEYS = KeyTable(STUDY, (
     COMMON_KEYS["dataset"].refine(choices=ULTRASOUND_SOURCES),
+    COMMON_KEYS["noise-seed-file"].refine(parse=_no_seed_file_in_run_config,
+                                          allowed="'' (a client's seed file is its node's: us-noise-mode)"),
     # synthetic images are generated (datasets/busi.py): they read no files
     COMMON_KEYS["data-dir"].refine(unused_when={"dataset": ("synthetic",)}),
     SHARED_KEYS["lr"],
@@ -49,6 +69,10 @@ KEYS = KeyTable(STUDY, (
     Key("us-noise-multiplier", 2.0, float, ge=0, field="noise_multiplier", doc="z: DP-SGD noise multiplier"),
     Key("us-max-grad-norm", 1.5, float, gt=0, field="max_grad_norm", doc="C: DP-SGD per-sample clipping norm"),
     Key("us-delta", 1e-5, float, gt=0, lt=1, field="delta", doc="delta at which DP-SGD epsilon is reported"),
+    Key("us-noise-mode", "secure", str, choices=NOISE_MODES, field="noise_mode",
+        doc=f"DP-SGD noise randomness of each training node: secure (OS entropy) or seeded (the node's own seed "
+            f"file: its --node-config {NODE_SEED_KEY}, else ${NOISE_SEED_ENV}; a node without one refuses; "
+            "the run config never names it)"),
     Key("us-dp-finetune", "frozen-bn", str, choices=DP_FINETUNE, field="dp_finetune",
         doc="DP-SGD on a pretrained net: frozen-bn (BatchNorm frozen in eval form, ImageNet statistics kept), "
             "frozen-bn-last (also only the last 3 layer groups trained), frozen-bn-head (only the classifier "

@@ -120,6 +120,7 @@ def row_norms(v: np.ndarray) -> np.ndarray:
                            for i in range(0, v.shape[0], step)]) if v.shape[0] else np.zeros(0)
 
 
-def auditor_generator(seed_file: str | None = None, *stream: int) -> np.random.Generator:
-    """The auditor's generator: OS entropy, or a local seed file (never the DP noise stream)."""
-    return NoiseSource(seed_file or None).numpy_generator(STREAM_AUDIT_CANARIES, *stream)
+def auditor_generator(seed_file: str | None = None, *stream: int, condition: str = "") -> np.random.Generator:
+    """The auditor's generator: OS entropy, or a local seed file mixed with the run's ``condition``
+    (``NoiseSource``; never the DP noise stream)."""
+    return NoiseSource(seed_file or None, condition).numpy_generator(STREAM_AUDIT_CANARIES, *stream)

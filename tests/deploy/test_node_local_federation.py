@@ -6,7 +6,8 @@ node-0 and node-1 with their exported folders, node-2 with a malformed one. Chec
 
 - the deployed run ends with the same final model (dfl-dp: the saved state dict; tabular-pdp: the
   per-round federated test errors) as the in-process simulation of the same seed; both draw the
-  same DP noise from one ``noise-seed-file``;
+  same DP noise from one server ``noise-seed-file`` (ultrasound runs without DP here: its DP-SGD
+  noise is each client's, never named by the run config);
 - node-2's error is in the run summary, naming the node and the file, and the other nodes' training
   goes on (every logical client contributes every round);
 - isolation: an audit hook (deploy/isolation/sitecustomize.py) in every SuperNode process refuses
@@ -116,9 +117,14 @@ def deployment(tmp_path_factory, request):
     return fed
 
 
+def _server_seed(study: str, seed_file: Path) -> dict:
+    """The server's seed file for the studies whose server adds the noise; ultrasound refuses the key."""
+    return {} if study == "ultrasound" else {"noise-seed-file": str(seed_file)}
+
+
 def _run_deployed(fed: LocalFederation, study: str, extra: dict, results: Path) -> dict:
     run_config = json.loads((fed.data / "export.json").read_text())[study]["run_config"]
-    run_id = fed.run({**run_config, **extra, "noise-seed-file": str(fed.seed_file), "results-dir": str(results)})
+    run_id = fed.run({**run_config, **extra, **_server_seed(study, fed.seed_file), "results-dir": str(results)})
     try:
         info = fed.wait(run_id, timeout=900, done=lambda: any(results.rglob("summary.json")))
     except TimeoutError as exc:
@@ -132,7 +138,7 @@ def _run_deployed(fed: LocalFederation, study: str, extra: dict, results: Path) 
 def _run_simulated(study: str, extra: dict, results: Path, seed_file: Path) -> Path:
     from flower_apps.runner import run_config_in_process
 
-    run_config_in_process({"study": study, "preset": "smoke", "seed": 0, **extra, "noise-seed-file": str(seed_file),
+    run_config_in_process({"study": study, "preset": "smoke", "seed": 0, **extra, **_server_seed(study, seed_file),
                            "results-dir": str(results)}, num_supernodes=2)
     found = sorted(results.rglob("summary.json"))
     assert len(found) == 1, found

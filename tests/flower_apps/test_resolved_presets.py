@@ -29,7 +29,8 @@ FIELD_CHANGES = {
     "ultrasound": ({}, {"round_timeout": 3600.0, "dp_finetune": "frozen-bn", **_AUDIT_AND_NODE_DATA,
                         "audit_canary": "random-pixels", "eval_data_path": "",
                         "head_init": "timm",  # issue 16: optional zero-initialised head
-                        "channels_last": False}),  # issue 16: memory layout (speed only, not in the run hash)
+                        "channels_last": False,  # issue 16: memory layout (speed only, not in the run hash)
+                        "noise_mode": "secure"}),  # issue 36: DP-SGD noise from each node's own source
     # udfl-round-timeout is virtual time; round_timeout is the common wall-clock wait
     "unlinkable-dfl": ({"round_timeout": "virtual_round_timeout"},
                        {"round_timeout": 3600.0, "node_local_data": False, "eval_data_path": ""}),

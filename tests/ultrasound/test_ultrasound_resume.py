@@ -28,11 +28,11 @@ def cfg_of(tmp_path, **over):
     return cfg
 
 
-def grid(fake_grid_cls, stop_at_round=None):
+def grid(fake_grid_cls, stop_at_round=None, node_config=None):
     def handler(node, msg):
         if stop_at_round is not None and int(msg.content["config"]["server-round"]) >= stop_at_round:
             raise Stop(f"stopped before round {stop_at_round}")
-        return client_app.train(msg, Context(1, node, {}, RecordDict(), {}))
+        return client_app.train(msg, Context(1, node, dict(node_config or {}), RecordDict(), {}))
 
     return fake_grid_cls([101, 102], handler)
 
@@ -48,18 +48,20 @@ def rounds_sent(g) -> list[int]:
 def test_a_stopped_run_resumes_after_its_last_round_and_ends_as_the_uninterrupted_one(tmp_path, fake_grid_cls, over):
     secret = tmp_path / "noise-seed"
     secret.write_text("a local secret")  # DP noise from a local secret: bit-reproducible, so runs compare exactly
-    over = {**over, "noise-seed-file": str(secret)} if over.get("us-dp-sgd") else over
+    # each node's own seed file (its --node-config noise-seed-file); the run config only asks for seeded noise
+    node = {"noise-seed-file": str(secret)}
+    over = {**over, "us-noise-mode": "seeded"} if over.get("us-dp-sgd") else over
     whole = cfg_of(tmp_path / "whole", **over)
-    s_whole = server_main(grid(fake_grid_cls), whole)
+    s_whole = server_main(grid(fake_grid_cls, node_config=node), whole)
 
     cfg = cfg_of(tmp_path / "resumed", **over)
     with pytest.raises(Stop):
-        server_main(grid(fake_grid_cls, stop_at_round=3), cfg)
+        server_main(grid(fake_grid_cls, stop_at_round=3, node_config=node), cfg)
     out = run_dir(cfg)
     assert not (out / "summary.json").exists() and (out / CHECKPOINT).is_file()
     assert [r["round"] for r in read_jsonl(out / "rounds.jsonl")] == [1, 2]
 
-    g = grid(fake_grid_cls)
+    g = grid(fake_grid_cls, node_config=node)
     s = server_main(g, cfg)
     assert rounds_sent(g) == [3]  # rounds 1-2 were not run again
     assert s["timing"]["resumed_after_rounds"] == [2] and s_whole["timing"]["resumed_after_rounds"] == []
