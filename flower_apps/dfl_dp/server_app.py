@@ -26,7 +26,7 @@ from flower_apps.dfl_dp.data import eval_plan
 from flower_apps.dfl_dp.metrics import curve_summary
 from flower_apps.dfl_dp.model import build_model
 from flower_apps.common.local_training import evaluate
-from flower_apps.dfl_dp.victims import extract, save
+from flower_apps.dfl_dp.victims import GRAD_PREFIX, STATE_PREFIX, extract, save
 from privacy.accounting import account
 from privacy.audit import ReleaseObserver, auditor_generator, flat_params, make_canaries
 from privacy.randomness import NoiseSource
@@ -35,6 +35,7 @@ from strategies.matched_perturbation import MatchedPerturbation
 from strategies.observer import RoundObserver
 from strategies.records import to_numpy
 from strategies.registry import build_strategy
+from strategies.reply_rules import ReplyRules, set_reply_rules
 
 log = logging.getLogger("flwr")
 
@@ -98,6 +99,10 @@ def server_main(grid: Grid, cfg: DflDpConfig) -> dict:
         clip_norm=cfg.clip_norm, eps_cal=cfg.eps_cal, delta_cal=cfg.delta_cal,
         noise=NoiseSource(cfg.noise_seed_file, noise_condition(cfg)), stream=(cfg.seed,), canaries=canaries,
     )
+    # Every reply is validated before it touches a model (strategies.reply_rules): a logical client
+    # reports at most every training example once per local epoch; captured victim gradients are side arrays.
+    set_reply_rules(strategy, ReplyRules(max_examples=max(1, _n_train(plan)) * cfg.local_epochs,
+                                         metric_keys=TRAIN_METRIC_KEYS, side_arrays=(GRAD_PREFIX, STATE_PREFIX)))
     log.info("dfl-dp %s: %d logical clients on %d nodes, %d rounds, data %s (%d target-train)",
              out.name, len(client_ids), len(nodes), cfg.num_rounds, plan.name, _n_train(plan))
     rounds: list[dict] = []
@@ -182,6 +187,10 @@ def server_main(grid: Grid, cfg: DflDpConfig) -> dict:
     atomic_write_json(out / "summary.json", summary)
     close_run_folder(out)
     return summary
+
+
+#: The metrics of a train reply (client_app.train), and no others.
+TRAIN_METRIC_KEYS = frozenset({"num-examples", "train-loss", "client-ids", "train-seconds", "cuda"})
 
 
 def _n_train(plan) -> int:

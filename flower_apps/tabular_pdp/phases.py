@@ -18,20 +18,39 @@ from flower_apps.tabular_pdp.config import ACTION, TabularPdpConfig
 from privacy.anonymization import harmonize_levels, validate_levels
 from strategies.cohorts import build_train_messages, plan_cohorts
 from strategies.cohorts import exchange as cohort_exchange
+from strategies.reply_rules import DEFAULT_RULES, ReplyRules
 
 log = logging.getLogger("flwr")
 
 
 def exchange(grid: Grid, client_ids: Sequence[int], arrays: ArrayRecord, config: ConfigRecord,
-             timeout: float) -> dict[int, Message | None]:
+             timeout: float, rules: ReplyRules = DEFAULT_RULES) -> dict[int, Message | None]:
     """Send one message per client; client id -> its reply (an error reply if it failed or lied; None: none).
 
     Replies are matched to clients by the message they answer (strategies.cohorts), never by
-    what they say, so error replies (which carry no content) are attributed too.
+    what they say, so error replies (which carry no content) are attributed too. A reply whose content
+    breaks ``rules`` (strategies.reply_rules) comes back as an error reply naming why.
     """
     plan = plan_cohorts(list(client_ids), list(grid.get_node_ids()), 1)
-    checked = cohort_exchange(grid, build_train_messages(plan, arrays, config, ACTION), timeout, array_claims="none")
+    checked = cohort_exchange(grid, build_train_messages(plan, arrays, config, ACTION), timeout, array_claims="none",
+                              rules=rules)
     return {c: checked.answer_of.get(c) for c in client_ids}
+
+
+def anonymization_rules(cfg: TabularPdpConfig) -> ReplyRules:
+    """What an anonymization reply must satisfy: k-anonymous at the run's k, so ARIREC <= 1/k (it sets PDP noise)."""
+
+    def k_anonymous(reply: Message, planned: tuple[int, ...]) -> str | None:
+        m = reply.content.metric_records.get("metrics")
+        if m is None:
+            return None  # a skipped client says why in its info record
+        if "arirec" in m and float(m["arirec"]) > 1.0 / cfg.k * (1 + 1e-9):
+            return f"arirec = {m['arirec']} exceeds 1/k = {1.0 / cfg.k:g} (a k-anonymous table has classes >= k)"
+        if "k" in m and int(m["k"]) < cfg.k:
+            return f"k = {m['k']} below the run's k = {cfg.k}"
+        return None
+
+    return ReplyRules(returns_model=False, content_check=k_anonymous)
 
 
 def phase_config(cfg: TabularPdpConfig, phase: str, levels: Sequence[int] | None = None,
@@ -76,7 +95,8 @@ def anonymize_and_harmonize(grid: Grid, cfg: TabularPdpConfig, client_ids: Seque
     own: dict[int, dict] = {}
     regions: dict[int, str] = {}
     if cfg.levels is None:
-        replies = exchange(grid, client_ids, ArrayRecord(), phase_config(cfg, "anonymize"), cfg.round_timeout)
+        replies = exchange(grid, client_ids, ArrayRecord(), phase_config(cfg, "anonymize"), cfg.round_timeout,
+                           anonymization_rules(cfg))
         for cid, r in replies.items():
             if _ok(r):
                 m = r.content["metrics"]
@@ -98,7 +118,8 @@ def anonymize_and_harmonize(grid: Grid, cfg: TabularPdpConfig, client_ids: Seque
     for cid, why in skipped.items():
         log.warning("tabular-pdp: client %d skipped at anonymization: %s", cid, why)
     todo = [c for c in client_ids if c not in skipped]
-    replies = exchange(grid, todo, ArrayRecord(), phase_config(cfg, "harmonize", levels), cfg.round_timeout)
+    replies = exchange(grid, todo, ArrayRecord(), phase_config(cfg, "harmonize", levels), cfg.round_timeout,
+                       anonymization_rules(cfg))
     harmonized: dict[int, dict] = {}
     for cid, r in replies.items():
         if _ok(r):

@@ -40,7 +40,9 @@ from privacy.mechanisms import global_l2_norm
 from privacy.personalized import aggregate_sigma, gdp_sigma
 from privacy.randomness import STREAM_TABULAR_SERVER, NoiseSource
 from privacy.tabular_accounting import client_budgets
+from privacy.clip_estimate import check_clip_norm, robust_quantile
 from strategies.cohorts import round_problems, wait_for_nodes
+from strategies.reply_rules import ReplyRules, set_reply_rules
 from strategies.base import FastGrid
 from strategies.records import from_numpy, to_numpy
 from strategies.drift_guard import DriftGuard
@@ -78,10 +80,21 @@ def weighted_mean(models: dict[int, OrderedDict], weights: dict[int, float]) -> 
     return out
 
 
-def local_fit(grid: Grid, cfg: TabularPdpConfig, clients: list[int], arrays: ArrayRecord, levels, server_round: int
-              ) -> tuple[dict[int, OrderedDict], dict[int, int], dict[int, str]]:
+FIT_METRICS = frozenset({"num-examples", "train-loss"})  # what a fit reply's metrics hold (client_app._fit)
+
+
+def fit_rules(records: dict[int, int] | None = None, committed: dict[int, int] | None = None) -> ReplyRules:
+    """What a fit reply must satisfy (strategies.reply_rules): the model sent, back finite; its metrics and no
+    others; ``num-examples`` at most the client's harmonized record count, or exactly the size it committed
+    in round 1 (the sizes the FedAvg weights and the privacy ledger use)."""
+    return ReplyRules(metric_keys=FIT_METRICS, max_examples_of=records, committed_examples=committed)
+
+
+def local_fit(grid: Grid, cfg: TabularPdpConfig, clients: list[int], arrays: ArrayRecord, levels, server_round: int,
+              records: dict[int, int] | None = None) -> tuple[dict[int, OrderedDict], dict[int, int], dict[int, str]]:
     """One local training round outside the strategy loop: (models, train sizes, failures)."""
-    replies = exchange(grid, clients, arrays, phase_config(cfg, "fit", levels, server_round), cfg.round_timeout)
+    replies = exchange(grid, clients, arrays, phase_config(cfg, "fit", levels, server_round), cfg.round_timeout,
+                       fit_rules(records))
     models, sizes, failed = {}, {}, {}
     for cid, r in replies.items():
         if r is None or r.has_error():
@@ -125,6 +138,7 @@ def run_setting(grid: Grid, cfg: TabularPdpConfig, setting: str, clients: list[i
         audit = SettingAudit(cfg.audit_canaries, cfg.seed, cfg.noise_seed_file, setting, clients, w0, clip_norm,
                              sizes, risks, cfg.delta, condition=noise_condition(cfg))
     outer, dp, base = _strategy(setting, cfg, clients, clip_norm, risks, audit.weighted if audit else None)
+    set_reply_rules(outer, fit_rules(committed=sizes))  # every layer checks replies against the same rules
     train_config = phase_config(cfg, "fit", levels)
     t0 = time.perf_counter()
     result = outer.start(FastGrid(grid), w0, num_rounds=cfg.num_rounds, timeout=cfg.round_timeout,
@@ -230,7 +244,8 @@ def server_main(grid: Grid, cfg: TabularPdpConfig) -> dict:
              in_features)
 
     # (B) drift detection after a first local round from w(0)
-    models, sizes, failed = local_fit(grid, cfg, active, w0, levels, server_round=1)
+    records = {c: int(anon.harmonized[c]["n_original"]) for c in active if "n_original" in anon.harmonized[c]}
+    models, sizes, failed = local_fit(grid, cfg, active, w0, levels, server_round=1, records=records)
     errors.record_problems(1, {c: f"drift detection: {why}" for c, why in failed.items()}, node_of(grid))
     if len(models) < 2:
         raise RuntimeError(f"only {len(models)} client(s) returned a model in the first round; failures: {failed}")
@@ -248,11 +263,19 @@ def server_main(grid: Grid, cfg: TabularPdpConfig) -> dict:
     clip_est: float | None = None
     if cfg.settings:  # detection-only runs (sweep's drift demonstration) stop after (B)
         w_bar = weighted_mean({c: models[c] for c in participants}, sizes)
-        models2, _, failed2 = local_fit(grid, cfg, participants, from_numpy(w_bar), levels, server_round=2)
+        models2, _, failed2 = local_fit(grid, cfg, participants, from_numpy(w_bar), levels, server_round=2,
+                                        records=records)
         errors.record_problems(2, {c: f"clip-norm estimate: {why}" for c, why in failed2.items()}, node_of(grid))
         norms = {c: global_l2_norm([m[k].astype(np.float64) - w_bar[k] for k in w_bar]) for c, m in models2.items()}
-        clip_est = float(np.quantile(list(norms.values()), cfg.clip_quantile))
+        # An order statistic no single reply controls (privacy.clip_estimate): one norm of 1e6 among nine
+        # honest ones no longer sets C. Needs 3 replies; with fewer the estimate is refused, never guessed.
+        if len(norms) >= 3:
+            clip_est = robust_quantile(list(norms.values()), cfg.clip_quantile, tolerate=1)
+        elif cfg.clip_mode == "estimate":
+            raise RuntimeError(f"tab-clip-mode='estimate' needs update norms from at least 3 clients, got "
+                               f"{len(norms)}; use tab-clip-mode='fixed' with tab-clip-norm")
     clip_norm = clip_est if cfg.clip_mode == "estimate" and clip_est is not None else cfg.clip_norm
+    clip_norm = check_clip_norm(clip_norm, f"tab-clip-mode={cfg.clip_mode!r}")
     risks = {c: float(anon.harmonized[c]["arirec"]) for c in participants}
 
     # (D) the three settings

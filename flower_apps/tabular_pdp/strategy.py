@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
+from dataclasses import replace
 
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
 from flwr.serverapp import Grid
@@ -43,7 +44,10 @@ class CohortFedAvg(FixedCohort, FedAvg):
 
     def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
         """Pooled MAE, MRE and RMSE over every test example of the replying clients."""
-        checked = check_replies(self._eval_sent, replies, self.array_claims)
+        # An evaluation reply carries error sums, no model: the fit rules without the model and the committed sizes.
+        rules = replace(self.reply_rules_in_force(), returns_model=False, metric_keys=None, committed_examples=None,
+                        max_examples_of=None)
+        checked = check_replies(self._eval_sent, replies, self.array_claims, rules)
         for cid, why in sorted(checked.problem_of.items()):
             log.warning("round %d: no evaluation from client %d: %s", server_round, cid, why)
         if not checked.contributors:

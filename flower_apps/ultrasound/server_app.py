@@ -30,15 +30,16 @@ from flower_apps.common.torch_utils import pick_device, record_to_state, save_st
 from flower_apps.ultrasound import audit
 from flower_apps.ultrasound.client_app import dp_settings
 from flower_apps.ultrasound.config import ACTION, UltrasoundConfig
-from flower_apps.common.node_data import PlacedGrid, discover
+from flower_apps.common.node_data import PlacedGrid, RoundErrors, discover, node_of
 from flower_apps.ultrasound.data import UltrasoundData, build_data, coordinator_data, data_key
 from flower_apps.ultrasound.models import create_model
 from flower_apps.ultrasound.report import write_run_outputs
-from flower_apps.ultrasound.strategy import build_ultrasound_strategy
+from flower_apps.ultrasound.strategy import build_ultrasound_strategy, train_rules
 from flower_apps.ultrasound.train import client_seed, evaluate, lr_at_round, train_local
 from privacy.dpsgd import DpSgdLedger, paper_sqrt_t_bound, rdp_epsilon
 from strategies.base import FastGrid
-from strategies.cohorts import build_train_messages, exchange, plan_cohorts, wait_for_nodes
+from strategies.cohorts import build_train_messages, exchange, plan_cohorts, round_problems, wait_for_nodes
+from strategies.reply_rules import ReplyRules
 from strategies.resume import (CHECKPOINT, checkpoint_arrays, drop_checkpoint, encode_checkpoint, load_checkpoint,
                                restore_strategy_state, start_from_round)
 
@@ -124,6 +125,7 @@ def server_main(grid: Grid, cfg: UltrasoundConfig) -> dict:
     else:
         res = _local_only(grid, cfg, initial, data)
     rounds, per_client, final, ledgers, timing = res
+    round_errors = timing.pop("round_errors", [])
     summary = {
         "config_hash": run_hash(cfg), "run": out.name, "method": cfg.method, "mode": cfg.mode,
         "algorithm": cfg.algorithm if cfg.mode == "federated" else None, "arch": cfg.arch,
@@ -144,7 +146,7 @@ def server_main(grid: Grid, cfg: UltrasoundConfig) -> dict:
         **{f"test_{k}": v for k, v in final.items() if k != "confusion"}, "confusion": final.get("confusion"),
         "best_accuracy": max((r["test_accuracy"] for r in rounds), default=final.get("accuracy")),
         "acc_curve": [r["test_accuracy"] for r in rounds], "f1_curve": [r.get("test_f1") for r in rounds],
-        "per_client": per_client, "timing": timing,
+        "per_client": per_client, "timing": timing, "round_errors": round_errors,
         "communication": communication(info["num_params"], payload, cfg.num_clients, cfg.num_rounds)
         if cfg.mode == "federated" else None,
         "accounting": accounting(ledgers, cfg) if cfg.dp_sgd else None,
@@ -199,6 +201,7 @@ def _federated(grid: Grid, cfg: UltrasoundConfig, model, initial: ArrayRecord, d
                                          beta1=cfg.beta1, beta2=cfg.beta2,
                                          buffer_keys=[n for n, _ in model.named_buffers()])
     strategy.set_cohort(cohort, ACTION)
+    strategy.reply_rules = train_rules(len(data.y["train"]))  # every reply validated before it is averaged
     model.to(device)
     rounds: list[dict] = []
     last = {"t": time.perf_counter()}
@@ -256,6 +259,10 @@ def _federated(grid: Grid, cfg: UltrasoundConfig, model, initial: ArrayRecord, d
             ledgers[int(m["client-id"])].record(m["noise-multiplier"], m["sample-rate"], int(m["steps"]))
     timing = _timing(round_seconds, all_rows)
     timing["resumed_after_rounds"] = resumed  # wall_seconds then counts only this process's rounds
+    errors = RoundErrors()  # every reply refused for its content, with its round, client and reason
+    for r, probs in sorted(round_problems(strategy).items()):
+        errors.record_problems(r, probs, node_of(grid))
+    timing.update(errors.summary())
     return rounds, _per_client_eval(model, data, device), final, ledgers, timing
 
 
@@ -306,7 +313,14 @@ def _local_only(grid: Grid, cfg: UltrasoundConfig, initial: ArrayRecord, data: U
 
     conf = ConfigRecord({"run-config": cfg.to_json(), "server-round": 0})
     plan = plan_cohorts(_cohort(grid, cfg), list(grid.get_node_ids()), 1)
-    checked = exchange(grid, build_train_messages(plan, initial, conf, ACTION), cfg.round_timeout, array_claims="none")
+    # A local-only reply carries metrics, no model (strategies.reply_rules); per-client scores may be NaN
+    # (an AUC on a one-class validation split), sizes are bounded by the plan.
+    rules = ReplyRules(returns_model=False, max_examples=max(1, len(data.y["train"])),
+                       nonfinite_metrics=frozenset(f"{s}-{k}" for s in ("test", "val")
+                                                   for k in ("accuracy", "f1", "precision", "recall", "specificity",
+                                                             "auc")))
+    checked = exchange(grid, build_train_messages(plan, initial, conf, ACTION), cfg.round_timeout, array_claims="none",
+                       rules=rules)
     if checked.problem_of:
         cid, why = min(checked.problem_of.items())
         raise RuntimeError(f"local-only: {len(checked.problem_of)} of {cfg.num_clients} clients failed "

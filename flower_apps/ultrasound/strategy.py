@@ -18,15 +18,45 @@ from flwr.serverapp.strategy import FedAvg, FedProx
 from strategies.exact_mean import ExactConsensusMean
 from strategies.fedadam_buffers import BufferAveragingFedAdam
 from strategies.fixed_cohort import FixedCohort
+from strategies.reply_rules import ReplyRules
+
+
+#: The metrics of a federated train reply (client_app.train), and nothing else: Flower's FedAvg family
+#: needs the same metric keys in every reply, so a reply with other keys is refused (strategies.reply_rules).
+TRAIN_METRIC_KEYS = frozenset({
+    "num-examples", "client-id", "client-ids", "train-loss", "steps", "train-seconds", "step-seconds", "lr",
+    "proximal-mu", "trunk-cached", "sample-rate", "noise-multiplier", "handler-seconds", "cuda"})
+
+
+def _speaks_for_planned(reply: Message, planned: tuple[int, ...]) -> str | None:
+    """The ``client-id`` a reply reports (the DP-SGD ledger files its steps under it) is the planned one."""
+    for rec in reply.content.metric_records.values():
+        if "client-id" in rec and (int(rec["client-id"]),) != tuple(planned):
+            return f"reports client-id {rec['client-id']}, asked for {list(planned)}"
+    return None
+
+
+def train_rules(max_examples: int) -> ReplyRules:
+    """Reply rules of a federated round: the model sent, finite; exactly the train metrics; sizes <= the plan's."""
+    return ReplyRules(max_examples=max(1, int(max_examples)), metric_keys=TRAIN_METRIC_KEYS,
+                      content_check=_speaks_for_planned)
 
 
 class FullCohort(FixedCohort):
-    """A fixed cohort in which every client must contribute every round."""
+    """A fixed cohort in which every client must contribute every round.
+
+    A client that does not answer (error, timeout) fails the round loudly: the paper's protocol is full
+    participation. A reply refused for its content (strategies.reply_rules: NaN weights, wrong shapes,
+    sizes out of range) is hostile input, not a lost client: it is left out of that round's average,
+    recorded (``problems``, the summary's ``round_errors``) and the run goes on with the honest clients.
+    """
 
     def aggregate_train(self, server_round: int,
                         replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
         checked = self.checked_train(server_round, replies)
-        missing = sorted(set(self.client_ids) - set(checked.contributors))
+        missing = sorted(set(self.client_ids) - set(checked.contributors) - checked.rejected_clients)
+        if not checked.contributors and not missing:
+            return None, None  # every reply was refused: the model stays as it was
         if missing:
             raise RuntimeError(f"round {server_round}: {len(checked.contributors)}/{len(self.client_ids)} clients "
                                f"replied; client {missing[0]}: {checked.problem_of.get(missing[0], 'no reply')}")

@@ -41,6 +41,7 @@ from flower_apps.unlinkable_dfl.world import MEANINGFUL, World, honest_mean
 from privacy.mixnet.metrics import h_path, h_relay
 from strategies.cohorts import build_train_messages, exchange, plan_cohorts, planned_clients, wait_for_nodes
 from strategies.records import client_key
+from strategies.reply_rules import ReplyRules
 
 log = logging.getLogger("flwr")
 
@@ -68,6 +69,46 @@ def _node_local_cohorts(nodes: list[int], placement: dict[int, int], per_message
     return [(h, ns[i:i + per_message]) for h, ns in sorted(by_holder.items()) for i in range(0, len(ns), per_message)]
 
 
+def reply_rules(cfg: UdflConfig, phase: str) -> ReplyRules:
+    """What a node's reply must satisfy before the coordinator uses it (strategies.reply_rules).
+
+    Every model must have the keys, shapes and dtypes of the model the node was sent. Not required finite:
+    each node's model is its own state, which the coordinator only carries between phases and never
+    averages, and a node driven to NaN by Byzantine fragments (FragFedAvg) is a result the study measures;
+    likewise its metrics describe only itself. What the coordinator acts on is checked: a train reply's
+    fragment sends (``frags.<id>``: byte payloads, destinations that are nodes, indices into its payloads)
+    and a metrics record for every node it speaks for.
+    """
+
+    def content(reply, planned: tuple[int, ...]) -> str | None:
+        c = reply.content
+        for node in planned:
+            if f"metrics.{node}" not in c.metric_records:
+                return f"no metrics.{node} record"
+            if phase != "train":
+                continue
+            rec = c.config_records.get(f"frags.{node}")
+            if rec is None:
+                return f"no frags.{node} record"
+            try:
+                frags = list(rec["fragments"]) if "fragments" in rec else []
+                dst, idx = list(rec["dst"]) if "dst" in rec else [], list(rec["idx"]) if "idx" in rec else []
+            except TypeError:
+                return f"frags.{node}: malformed"
+            if not all(isinstance(f, bytes) for f in frags):
+                return f"frags.{node}: fragments must be bytes"
+            if len(dst) != len(idx):
+                return f"frags.{node}: {len(dst)} destinations for {len(idx)} fragment indices"
+            if any(isinstance(d, bool) or not isinstance(d, int) or not 0 <= d < cfg.num_nodes or d == node
+                   for d in dst):
+                return f"frags.{node}: a destination is not another node in [0, {cfg.num_nodes})"
+            if any(isinstance(k, bool) or not isinstance(k, int) or not 0 <= k < len(frags) for k in idx):
+                return f"frags.{node}: a fragment index is outside [0, {len(frags)})"
+        return None
+
+    return ReplyRules(finite_arrays=False, finite_metrics=False, content_check=content)
+
+
 def _exchange(grid: Grid, cfg: UdflConfig, phase: str, round_: int, nodes: list[int], per_node: dict,
               supernodes: list[int], extra: dict | None = None, placement: dict[int, int] | None = None,
               errors: RoundErrors | None = None) -> tuple[dict[str, object], set[int]]:
@@ -90,14 +131,18 @@ def _exchange(grid: Grid, cfg: UdflConfig, phase: str, round_: int, nodes: list[
                     msg.content[key] = val
                 else:
                     msg.content["config"][key] = val
-    checked = exchange(grid, messages, timeout=cfg.round_timeout)
-    if checked.problem_of and placement is not None:
+    checked = exchange(grid, messages, timeout=cfg.round_timeout, rules=reply_rules(cfg, phase))
+    # A reply refused for its content (hostile or broken) sits the phase out and is recorded, in a simulation
+    # too; any other failure in a simulation is a bug and stops the run.
+    lost = {n: why for n, why in checked.problem_of.items() if placement is None and n not in checked.rejected_clients}
+    if checked.problem_of and not lost:
         log.warning("round %d, phase %s: %d node(s) failed and sit it out: %s", round_, phase,
                     len(checked.problem_of), min(checked.problem_of.items()))
         if errors is not None:
-            errors.record_problems(round_, {n: f"{phase}: {why}" for n, why in checked.problem_of.items()}, placement)
+            errors.record_problems(round_, {n: f"{phase}: {why}" for n, why in checked.problem_of.items()},
+                                   placement or {})
     elif checked.problem_of:
-        node, why = min(checked.problem_of.items())
+        node, why = min(lost.items())
         raise RuntimeError(f"{len(checked.problem_of)} node(s) failed in phase {phase}, round {round_}; "
                            f"node {node}: {why}")
     merged: dict[str, object] = {}
@@ -194,7 +239,7 @@ def _run_rounds(grid, cfg, out, t_start, plan, init, num_values, layout, models,
     summary = _summary(cfg, out.name, plan, rounds, num_values, layout, byzantine, time.perf_counter() - t_start)
     summary["networked"] = world.net is not None  # node processes over TLS (network_s in real seconds)
     summary.update(deployment)
-    if cfg.node_local_data:
+    if cfg.node_local_data or errors.rows:
         summary.update(errors.summary())
     if curious is not None:
         summary["content_linking"] = curious.analyse()
