@@ -92,6 +92,9 @@ def build_config(c: dict[str, Any]) -> TabularPdpConfig:
     if cfg.dataset == "cancer-synthetic":
         need(cfg.num_clients <= len(COUNTRY_COUNTS), "num-clients",
              f"one client per Country_Region: at most {len(COUNTRY_COUNTS)}, got {cfg.num_clients}")
+    need(cfg.clip_mode != "estimate" or not cfg.settings or cfg.num_clients >= 3, "tab-clip-mode",
+         f"'estimate' takes an order statistic that no single client controls (privacy/clip_estimate.py) "
+         f"and needs num-clients >= 3, got {cfg.num_clients}; use tab-clip-mode='fixed' with tab-clip-norm")
     need(cfg.poison_client < cfg.num_clients, "tab-poison-client",
          f"must be a client id in 0..{cfg.num_clients - 1}, got {cfg.poison_client}")
     need(cfg.audit_canaries % 2 == 0 and cfg.audit_canaries != 2, "tab-audit-canaries",

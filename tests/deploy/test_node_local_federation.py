@@ -46,9 +46,9 @@ pytestmark = [
 REPO = Path(__file__).resolve().parents[2]
 # Smallest tabular-pdp run that still has every phase: 2 regions (one per node: a SuperNode runs one ClientApp
 # process per message, one message per region and phase), forced levels (no level search), one PDP round;
-# drift exclusion off so that both clients train in both runs.
+# drift exclusion off so that both clients train in both runs; a fixed C (the robust estimate needs >= 3 clients).
 TABULAR = {"num-clients": 2, "num-rounds": 1, "tab-settings": "pdp", "tab-levels": "2,1,0,0", "local-epochs": 1,
-           "tab-drift-exclude": False}
+           "tab-drift-exclude": False, "tab-clip-mode": "fixed"}
 # The smallest unlinkable-dfl and ultrasound runs (as in test_node_local_studies.py, which checks the same
 # equalities in process): the coordinator evaluates on its eval-data-path, the nodes train on their folders.
 UDFL = {"num-clients": 6, "num-rounds": 1}

@@ -37,7 +37,7 @@ def cancer_table():
 
 def _tabular(csv: Path) -> dict:
     return {"study": "tabular-pdp", "preset": "smoke", "dataset": "cancer-csv", "data-dir": str(csv),
-            "num-clients": 2}
+            "num-clients": 2, "tab-clip-mode": "fixed"}
 
 
 def test_csv_with_a_wrong_type_names_the_file_and_the_column(tmp_path, cancer_table):

@@ -23,6 +23,7 @@ def test_paper_preset_is_the_papers_setup_and_registered_with_the_router():
 @pytest.mark.parametrize("bad,key,allowed", [
     ({"tab-settings": "vanilla,dp"}, "tab-settings", "vanilla"),
     ({"tab-clip-mode": "auto"}, "tab-clip-mode", "estimate"),
+    ({"num-clients": 2}, "tab-clip-mode", "num-clients >= 3"),  # the robust C estimate (estimate is the default)
     ({"tab-poison": "evil"}, "tab-poison", "flip-targets"),
     ({"num-clients": 11}, "num-clients", "at most 10"),
     ({"tab-poison-client": 10}, "tab-poison-client", "0..9"),

@@ -109,7 +109,7 @@ def test_clients_find_themselves_in_the_message():
         build_ultrasound_strategy("scaffold")
 
 
-def test_a_reply_speaking_for_another_client_fails_the_round(fake_grid_cls):
+def test_a_reply_speaking_for_another_client_is_left_out_and_recorded(fake_grid_cls):
     def liar(node, msg):
         reply = _handler(node, msg)
         if node == 12:  # client 1's node says it is client 0
@@ -120,5 +120,16 @@ def test_a_reply_speaking_for_another_client_fails_the_round(fake_grid_cls):
     strategy = build_ultrasound_strategy("fedavg")
     strategy.set_cohort(range(2), "ultrasound")
     _, replies = _round(strategy, grid)
-    with pytest.raises(RuntimeError, match="client 1: reply from node 12 rejected"):
+    arrays, _ = strategy.aggregate_train(1, replies)
+    # hostile content, not a lost client: the round is client 0's alone and the refusal is on record
+    np.testing.assert_allclose(arrays["w"].numpy(), [2.0, 2.0])
+    assert "reply from node 12 rejected" in strategy.problems[1][1]
+
+
+def test_a_client_that_does_not_answer_fails_the_round(fake_grid_cls):
+    grid = fake_grid_cls([11, 12], _handler, silent_nodes={12})
+    strategy = build_ultrasound_strategy("fedavg")
+    strategy.set_cohort(range(2), "ultrasound")
+    _, replies = _round(strategy, grid)
+    with pytest.raises(RuntimeError, match="1/2 clients replied; client 1"):
         strategy.aggregate_train(1, replies)
