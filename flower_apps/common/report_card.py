@@ -313,7 +313,7 @@ def _absent(records: list[dict]) -> str:
 # Config fields that do not make another condition: the seed (grouped over), where results go, and
 # transport or implementation settings with the same mathematics.
 NOT_CONDITION = frozenset({
-    "seed", "results_dir", "run_name", "device", "round_timeout", "noise_seed_file", "grad_sample_mode",
+    "seed", "results_dir", "run_name", "device", "round_timeout", "noise_seed_file", "noise_mode", "grad_sample_mode",
     "capture_victims", "clients_per_message", "num_supernodes", "audit_canaries", "audit_canary", "data_part",
     "node_local_data", "eval_data_path"})
 

@@ -35,7 +35,9 @@ def sweep_parser(module: str, doc: str, seeds_help: str = "number of seeds (defa
                         "e.g. --set lr=0.01 --set us-head-init=zero); a key the grid sweeps is refused")
     p.add_argument("--noise-seed-file", type=lambda f: str(Path(f).resolve()),
                    help="a LOCAL secret file that seeds the DP noise, for bit-reproducible DP runs "
-                        "(default: secure noise from OS entropy; see README, Privacy)")
+                        "(default: secure noise from OS entropy; see README, Privacy). dfl-dp / tabular-pdp: "
+                        "the server's run key noise-seed-file; ultrasound: us-noise-mode='seeded' and each "
+                        "local client reads the file from $PPFL_NOISE_SEED_FILE")
     return p
 
 

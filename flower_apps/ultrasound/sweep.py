@@ -16,6 +16,7 @@ finished run under ``<results-dir>/ultrasound``.
 from __future__ import annotations
 
 import argparse
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,6 +26,7 @@ from flower_apps.config import ConfigError
 from flower_apps.studies import STUDIES
 from flower_apps.ultrasound import audit
 from flower_apps.ultrasound.config import ALGORITHMS, MODES, UltrasoundConfig
+from flower_apps.ultrasound.study import NOISE_SEED_ENV
 from flower_apps.ultrasound.report import write_report
 from flower_apps.ultrasound.server_app import is_complete, server_main
 
@@ -139,7 +141,9 @@ def build_configs(args: argparse.Namespace) -> list[UltrasoundConfig]:
     if args.no_dp and getattr(args, "dp_only", False):
         raise ConfigError("--dp-only and --no-dp leave no run; give one of them")
     knobs = sweep_overrides("ultrasound", grid.preset, args.results_dir, {
-        "noise-seed-file": args.noise_seed_file,
+        # DP-SGD noise is each client's: the file reaches the clients through their environment (set in
+        # main), never the run config; the run only asks for seeded noise.
+        "us-noise-mode": "seeded" if args.noise_seed_file else None,
         "num-rounds": args.rounds, "local-epochs": args.local_epochs, "us-image-size": args.image_size,
         "dataset": args.dataset, "data-dir": args.data_dir, "device": args.device,
         "us-grad-sample-mode": args.grad_sample_mode, "data-fraction": args.data_fraction}, args.set)
@@ -192,6 +196,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.noise_seed_file:
+        # In a sweep on this machine every client is ours: they read the file from their own environment
+        # (Ray's workers inherit the driver's). A remote Ray cluster's nodes need the variable set there.
+        os.environ[NOISE_SEED_ENV] = args.noise_seed_file
     return sweep_main("ultrasound", args.grid, lambda: build_configs(args), is_complete,
                       lambda p: _run(p, args),
                       lambda configs: write_report(args.results_dir) + _attacks(configs, args),

@@ -101,3 +101,23 @@ def test_dp_only_keeps_the_dp_runs_and_the_ablation(capsys):
     assert dp == [c for c in every if c.dp_sgd] and len(dp) == 2
     assert main(base + ["--dp-only", "--no-dp", "--list"]) == 2
     assert "--dp-only and --no-dp leave no run" in capsys.readouterr().err
+
+
+def test_noise_seed_file_reaches_the_clients_environment_never_the_run_config(tmp_path, monkeypatch):
+    """--noise-seed-file: the runs ask for seeded DP-SGD noise and the local clients read the file from
+    their environment (the run key noise-seed-file is refused for ultrasound: the coordinator's)."""
+    from flower_apps.ultrasound import sweep
+    from flower_apps.ultrasound.study import NOISE_SEED_ENV
+
+    seed = tmp_path / "seed"
+    seed.write_bytes(b"0" * 32)
+    monkeypatch.setenv(NOISE_SEED_ENV, "")  # so that teardown restores the variable main() sets
+    monkeypatch.delenv(NOISE_SEED_ENV)
+    args = parse_args(["--grid", "smoke", "--results-dir", str(tmp_path), "--noise-seed-file", str(seed)])
+    cfgs = build_configs(args)
+    assert cfgs and {c.noise_mode for c in cfgs} == {"seeded"} and {c.noise_seed_file for c in cfgs} == {""}
+    monkeypatch.setattr(sweep, "sweep_main", lambda *a, **k: 0)
+    assert sweep.main(["--grid", "smoke", "--results-dir", str(tmp_path), "--noise-seed-file", str(seed)]) == 0
+    assert __import__("os").environ[NOISE_SEED_ENV] == str(seed.resolve())
+    plain = build_configs(parse_args(["--grid", "smoke", "--results-dir", str(tmp_path)]))
+    assert {c.noise_mode for c in plain} == {"secure"}
