@@ -209,6 +209,12 @@ def noise_condition(cfg: Any) -> str:
     return run_hash(dataclasses.replace(cfg, **{k: v for k, v in _NOT_NOISE_CONDITION.items() if k in names}))
 
 
+def _dp_fault(name: str) -> str:
+    from privacy.faults import check_fault
+
+    return check_fault(name)
+
+
 def _run_name(name: str) -> str:
     """``run-name``: one folder name, so that a run writes inside ``<results-dir>/<study>/runs/`` only."""
     if name in (".", "..") or any(c in name for c in "/\\\0") or Path(name).is_absolute():
@@ -272,6 +278,10 @@ SHARED_KEYS: dict[str, Key] = {k.name: k for k in (
     Key("eval-data-path", "", str,
         doc="with node-local-data: the coordinator's held-out evaluation data from python -m deploy.export "
             "(.npz; ultrasound: a folder with test/ and val/ in the BUSI layout)"),
+    # The audit's proof (issue 37): a deliberately broken mechanism, refused unless PPFL_ALLOW_DP_FAULTS=1.
+    Key("dp-fault", "", str, parse=_dp_fault, allowed="'' (tests only: a fault of privacy/faults.py)",
+        doc="'' = the correct DP mechanism; a name from privacy/faults.py injects that bug (the audit's tests "
+            "only; refused unless PPFL_ALLOW_DP_FAULTS=1)"),
 )}
 
 

@@ -57,17 +57,21 @@ def split_like(vec: np.ndarray, model: Mapping[str, np.ndarray]) -> dict[str, np
     return out
 
 
-def canary_cosines(canaries: CanarySet, change: np.ndarray) -> np.ndarray:
-    """cos(c_k, change) for every canary (0 when the model did not change)."""
+def canary_projections(canaries: CanarySet, change: np.ndarray) -> np.ndarray:
+    """<c_k / ||c_k||, change> for every canary: the change along each canary's unit direction."""
     change = np.asarray(change, dtype=np.float64)
     if change.shape != (canaries.dim,):
         raise ValueError(f"model change has shape {change.shape}, the canaries live in R^{canaries.dim}")
-    norm = float(np.linalg.norm(change))
-    if norm == 0:
-        return np.zeros(canaries.vectors.shape[0])
     # In the canaries' dtype (float32 for large sets: no float64 copy of K x d per release).
     dots = (canaries.vectors @ change.astype(canaries.vectors.dtype, copy=False)).astype(np.float64)
-    return dots / (canaries.norms * norm)
+    return dots / canaries.norms
+
+
+def canary_cosines(canaries: CanarySet, change: np.ndarray) -> np.ndarray:
+    """cos(c_k, change) for every canary (0 when the model did not change)."""
+    norm = float(np.linalg.norm(np.asarray(change, dtype=np.float64)))
+    proj = canary_projections(canaries, change)
+    return proj / norm if norm > 0 else np.zeros_like(proj)
 
 
 class ReleaseObserver:
@@ -81,14 +85,26 @@ class ReleaseObserver:
         self.initial = initial.copy()
         self.previous = initial.copy()
         self.sum_cos = np.zeros(canaries.vectors.shape[0])
+        self.projections: list[np.ndarray] = []  # per release: the change along every canary's unit direction
         self.rounds = 0
 
     def observe(self, released: np.ndarray) -> None:
         """One released model (the next round's, or the next chain hop's for sequential DFL)."""
         released = np.asarray(released, dtype=np.float64)
-        self.sum_cos += canary_cosines(self.canaries, released - self.previous)
+        change = released - self.previous
+        proj = canary_projections(self.canaries, change)
+        norm = float(np.linalg.norm(change))
+        self.sum_cos += proj / norm if norm > 0 else 0.0
+        self.projections.append(proj)
         self.previous = released.copy()
         self.rounds += 1
+
+    def held_out_projections(self) -> np.ndarray:
+        """(releases, K_out): each release's change along the held-out canaries' directions (pure noise
+        plus the release's signal along a direction the mechanism never saw; privacy.audit.verdict)."""
+        if self.rounds == 0:
+            raise RuntimeError("no released model observed yet")
+        return np.stack(self.projections)[:, ~self.canaries.inserted]
 
     def scores(self) -> dict[str, np.ndarray]:
         """The statistic of each canary under each threat model."""

@@ -184,8 +184,15 @@ def _bound_at(pos: np.ndarray, neg: np.ndarray, t: float, sign: int, delta: floa
 
 
 def _best_threshold(pos: np.ndarray, neg: np.ndarray, delta: float, alpha: float) -> tuple[float, int, float]:
-    """The (threshold, direction) with the largest bound on the selection half (vectorized over thresholds)."""
-    ts = np.unique(np.concatenate([pos, neg]))
+    """The (threshold, direction) with the largest bound on the selection half (vectorized over thresholds).
+
+    Candidates are the midpoints between consecutive distinct scores (and points beyond both ends),
+    not the scores themselves, and among equally good candidates the middle one is taken: the
+    threshold then sits in the middle of the gap that separates the selection half, not at the
+    edge of it, where the held-out evaluation half would cross it by chance (issue 37).
+    """
+    u = np.unique(np.concatenate([pos, neg]))
+    ts = np.concatenate([[u[0] - 1.0], (u[:-1] + u[1:]) / 2, [u[-1] + 1.0]])
     best = (float(ts[0]), 1, -1.0)
     for sign in (1, -1):  # inserted canaries score high (TPR vs FPR) or low (TNR vs FNR)
         p, n = np.sort(sign * pos), np.sort(sign * neg)
@@ -195,7 +202,8 @@ def _best_threshold(pos: np.ndarray, neg: np.ndarray, delta: float, alpha: float
         fpr_hi = np.where(fp < n.size, stats.beta.ppf(1 - alpha / 2, fp + 1, np.maximum(n.size - fp, 1)), 1.0)
         with np.errstate(divide="ignore", invalid="ignore"):
             b = np.where(tpr_lo > delta, np.log(np.maximum(tpr_lo - delta, 1e-300) / fpr_hi), 0.0)
-        i = int(np.argmax(b))
+        top = np.flatnonzero(b == b.max())
+        i = int(top[top.size // 2])  # the middle of the (possibly several) equally good thresholds
         if b[i] > best[2]:
             best = (float(ts[i]), sign, float(b[i]))
     return best
