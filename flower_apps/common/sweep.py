@@ -214,4 +214,28 @@ def sweep_main(study: str, grid: str, build: Callable[[], list[Any]], is_complet
             run(pending)
     print(report(configs))
     print(f"Tables and figures in {Path(out).resolve()}")
+    line = audit_violations(study, configs)
+    if line:  # one loud line, last, and a failing exit status: a sweep never ends "fine" on a broken mechanism
+        print(line, file=sys.stderr)
+        return 1
     return 0
+
+
+def audit_verdicts(study: str, configs: Sequence[Any]) -> dict[str, str]:
+    """Run name -> the verdict in its ``audit.json`` (privacy.audit.verdict), for the configs' audited runs."""
+    from flower_apps.common.results import read_json, run_folder
+
+    out = {}
+    for cfg in configs:
+        path = run_folder(study, cfg) / "audit.json"
+        if path.is_file():
+            verdict = read_json(path).get("verdict")
+            out[path.parent.name] = verdict if isinstance(verdict, str) else "none"
+    return out
+
+
+def audit_violations(study: str, configs: Sequence[Any]) -> str:
+    """The loud line naming the sweep's runs whose audit verdict is ``violation`` ('' when none is)."""
+    from privacy.audit.verdict import loud_line
+
+    return loud_line(study, audit_verdicts(study, configs))

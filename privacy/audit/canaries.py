@@ -44,6 +44,9 @@ class CanarySet:
     inserted: np.ndarray
     clip_norm: float
     groups: np.ndarray
+    #: canary norms as multiples of C: (1, 1) = at C (clipping leaves them unchanged); (2, 10) = above C, so
+    #: that they test the clipping code they must pass through like any client (issue 37)
+    norm_range: tuple[float, float] = (1.0, 1.0)
 
     def __post_init__(self) -> None:
         v, ins, g = self.vectors, self.inserted, self.groups
@@ -53,9 +56,12 @@ class CanarySet:
             raise ValueError(f"inserted must be a bool mask of shape ({v.shape[0]},), got {ins.dtype} {ins.shape}")
         if g.shape != (v.shape[0],):
             raise ValueError(f"groups must have shape ({v.shape[0]},), got {g.shape}")
+        lo, hi = self.norm_range
+        if not 0 < lo <= hi:
+            raise ValueError(f"norm_range must be 0 < lo <= hi (multiples of C), got {self.norm_range}")
         norms = self.norms
-        if np.any(norms > self.clip_norm * (1 + 1e-9)):
-            raise ValueError(f"a canary's norm {norms.max():g} exceeds the clip norm {self.clip_norm:g}")
+        if np.any(norms > hi * self.clip_norm * (1 + 1e-9)):
+            raise ValueError(f"a canary's norm {norms.max():g} exceeds the clip norm {self.clip_norm:g} x {hi:g}")
 
     @cached_property
     def norms(self) -> np.ndarray:
@@ -75,15 +81,18 @@ class CanarySet:
     def describe(self) -> dict:
         """What a result file records (never the vectors)."""
         return {"num_canaries": int(self.vectors.shape[0]), "num_inserted": int(self.inserted.sum()),
-                "dim": self.dim, "clip_norm": self.clip_norm,
+                "dim": self.dim, "clip_norm": self.clip_norm, "norm_range_over_c": list(self.norm_range),
                 "groups": sorted({int(x) for x in self.groups})}
 
 
 def make_canaries(num: int, dim: int, clip_norm: float, rng: np.random.Generator,
-                  groups: np.ndarray | None = None, orthogonal: bool | None = None) -> CanarySet:
+                  groups: np.ndarray | None = None, orthogonal: bool | None = None,
+                  norm_range: tuple[float, float] = (1.0, 1.0)) -> CanarySet:
     """``num`` random isotropic canaries of norm ``clip_norm`` in R^dim; half of each group inserted.
 
     ``orthogonal`` (default: when num <= dim < 20 num) makes the directions orthonormal (see module doc).
+    ``norm_range`` = (lo, hi): each canary's norm is C times a uniform draw from [lo, hi] (default: C);
+    canaries above C test the clipping they pass through (a skipped clip lets them in at full norm).
     """
     if num < 2 or num % 2:
         raise ValueError(f"num canaries must be an even number >= 2 (half inserted, half held out), got {num}")
@@ -104,13 +113,18 @@ def make_canaries(num: int, dim: int, clip_norm: float, rng: np.random.Generator
     else:  # row-major float32 from the start: K x d can be hundreds of MB (no transposed copy)
         dirs = rng.standard_normal((num, dim), dtype=np.float32)
         dirs *= (clip_norm * (1 - 1e-5) / row_norms(dirs))[:, None].astype(np.float32)
+    lo, hi = norm_range
+    if not 0 < lo <= hi:
+        raise ValueError(f"norm_range must be 0 < lo <= hi (multiples of C), got {norm_range}")
+    if (lo, hi) != (1.0, 1.0):  # norms drawn in [lo C, hi C]; the direction stays uniform on the sphere
+        dirs *= rng.uniform(lo, hi, num).astype(dirs.dtype)[:, None]
     inserted = np.zeros(num, dtype=bool)
     for grp in np.unique(groups):
         idx = np.flatnonzero(groups == grp)
         if idx.size < 2:
             raise ValueError(f"group {grp} has {idx.size} canary; each group needs >= 2 (inserted and held out)")
         inserted[rng.permutation(idx)[: idx.size // 2]] = True
-    return CanarySet(dirs, inserted, float(clip_norm), groups)
+    return CanarySet(dirs, inserted, float(clip_norm), groups, (float(lo), float(hi)))
 
 
 def row_norms(v: np.ndarray) -> np.ndarray:

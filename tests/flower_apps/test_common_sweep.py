@@ -280,3 +280,20 @@ def test_a_run_folder_another_process_writes_is_refused_and_a_sweep_skips_it(tmp
     monkeypatch.setattr(runner, "simulate", lambda app, *a, **k: app._main(None, None))
     runner.run_many_in_process([a, b], server_main, 1, on_done=lambda cfg, s: done.append(s["run"]))
     assert done == ["b"] and "skipped: run folder a is being written by another process" in capsys.readouterr().out
+
+
+def test_sweep_main_ends_with_one_loud_line_and_exit_1_when_an_audit_verdict_is_violation(tmp_path, capsys):
+    import json
+
+    runs = [_Run(n, str(tmp_path)) for n in ("done", "todo", "plain")]
+    for name, verdict in (("done", "consistent"), ("todo", "violation")):
+        folder = tmp_path / "s" / "runs" / name
+        folder.mkdir(parents=True)
+        (folder / "audit.json").write_text(json.dumps({"verdict": verdict}))
+    code, _ = _sweep(tmp_path, lambda: runs)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 1 and err[-1].startswith("AUDIT VIOLATION in s: 1 run(s)") and "todo" in err[-1]
+    assert "done" not in err[-1]
+    (tmp_path / "s" / "runs" / "todo" / "audit.json").write_text(json.dumps({"verdict": "underpowered"}))
+    code, _ = _sweep(tmp_path, lambda: runs)
+    assert code == 0 and "AUDIT VIOLATION" not in capsys.readouterr().err

@@ -107,3 +107,16 @@ def test_estimate_refuses_unknown_threat_models():
         estimate(c, {"server": np.zeros(4)}, DELTA)
     with pytest.raises(RuntimeError, match="no released model"):
         ReleaseObserver(c, np.zeros(8)).scores()
+
+
+def test_canaries_above_the_clip_norm_have_norms_in_their_range_and_uniform_directions():
+    from privacy.audit import make_canaries
+
+    rng = np.random.default_rng(3)
+    c = make_canaries(200, 500, 2.0, rng, norm_range=(2.0, 10.0))
+    assert c.norms.min() >= 4.0 * (1 - 1e-6) and c.norms.max() <= 20.0 * (1 + 1e-6)
+    assert c.describe()["norm_range_over_c"] == [2.0, 10.0]
+    unit = c.vectors / c.norms[:, None]
+    assert abs(float(unit.mean(axis=0) @ unit.mean(axis=0))) < 0.02  # no preferred direction
+    with pytest.raises(ValueError, match="norm_range"):
+        make_canaries(4, 10, 1.0, rng, norm_range=(3.0, 2.0))
