@@ -36,6 +36,17 @@ def need(cond: bool, key: str, msg: str) -> None:
         raise ConfigError(f"{key}: {msg}")
 
 
+def check_study_fault(fault: str, study: str, has_dp: bool) -> None:
+    """ConfigError unless ``fault`` is '' or one of ``study``'s faults (privacy/faults.py) in a run with DP."""
+    if not fault:
+        return
+    from privacy.faults import FAULTS_BY_STUDY
+
+    need(fault in FAULTS_BY_STUDY.get(study, ()), "dp-fault",
+         f"{fault!r} is not a fault of study {study!r}; its faults: {list(FAULTS_BY_STUDY.get(study, ()))}")
+    need(has_dp, "dp-fault", "a fault breaks a DP mechanism: the run needs DP")
+
+
 def _num(x: float) -> str:
     return f"{x:g}"
 

@@ -66,6 +66,13 @@ def config_hash(config: dict) -> str:
 NOT_RESULTS = ("round_timeout", "rerun")
 # Where a run's results go: not part of its identity, so a results folder can move (or be cloned).
 LOCATION = ("results_dir", "run_name")
+# Fields left out of a run's identity while they hold this value: added after runs were kept, so that those
+# runs stay finished where they are (dp-fault, issue 37: '' = the correct mechanism).
+ABSENT_WHEN = {"dp_fault": ""}
+
+
+def _identity(d: dict) -> dict:
+    return {k: v for k, v in d.items() if not (k in ABSENT_WHEN and v == ABSENT_WHEN[k])}
 
 
 def run_hash(cfg: Any) -> str:
@@ -77,8 +84,8 @@ def run_hash(cfg: Any) -> str:
     import dataclasses
 
     if hasattr(cfg, "effective"):
-        return config_hash(cfg.effective())
-    return config_hash({k: v for k, v in dataclasses.asdict(cfg).items() if k not in NOT_RESULTS + LOCATION})
+        return config_hash(_identity(cfg.effective()))
+    return config_hash(_identity({k: v for k, v in dataclasses.asdict(cfg).items() if k not in NOT_RESULTS + LOCATION}))
 
 
 def run_hashes(cfg: Any) -> set[str]:
@@ -89,7 +96,7 @@ def run_hashes(cfg: Any) -> set[str]:
 
     ids = {run_hash(cfg)}
     if not hasattr(cfg, "effective"):
-        ids.add(config_hash({k: v for k, v in dataclasses.asdict(cfg).items() if k not in NOT_RESULTS}))
+        ids.add(config_hash(_identity({k: v for k, v in dataclasses.asdict(cfg).items() if k not in NOT_RESULTS})))
     return ids
 
 

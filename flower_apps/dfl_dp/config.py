@@ -6,7 +6,7 @@ import json
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from flower_apps.config import need
+from flower_apps.config import check_study_fault, need
 from flower_apps.dfl_dp.study import ACTION, KEYS, STUDY  # noqa: F401  (ACTION, STUDY: re-exported)
 
 PRESETS: dict[str, dict[str, Any]] = {
@@ -58,6 +58,7 @@ class DflDpConfig:
     capture_victims: int = 0
     attack_round: int = 0
     audit_canaries: int = 0  # client-level audit (privacy/audit, strategies/canaries); 0 = none
+    dp_fault: str = ""  # issue 37: a deliberately broken mechanism (privacy/faults.py; tests only)
     round_timeout: float = 3600.0
     noise_seed_file: str = ""  # "" = secure DP noise; else a local seed file (privacy.randomness)
     node_local_data: bool = False  # deployment: nodes read their data-path (flower_apps/common/node_data.py)
@@ -87,8 +88,9 @@ class DflDpConfig:
     def default_run_name(self) -> str:
         shadow = "_shadow" if self.data_part == "shadow" else ""
         audit = f"_audit{self.audit_canaries}" if self.audit_canaries else ""  # own folder: not resumed as plain
+        fault = f"_FAULT-{self.dp_fault}" if self.dp_fault else ""  # a broken mechanism never shares a folder
         return (f"{self.framework}_{self.condition}_N{self.num_clients}_T{self.num_rounds}_{self.dataset}"
-                f"_s{self.seed}{shadow}{audit}")
+                f"_s{self.seed}{shadow}{audit}{fault}")
 
 
 def build_config(c: dict[str, Any]) -> DflDpConfig:
@@ -99,6 +101,7 @@ def build_config(c: dict[str, Any]) -> DflDpConfig:
     need(cfg.attack_round <= cfg.num_rounds, "attack-round",
          f"must be an integer in [0, num-rounds] (0 = last round), got {cfg.attack_round}")
     need(cfg.audit_canaries == 0 or cfg.dp, "audit-canaries", "an audit measures a DP mechanism: it needs dp = true")
+    check_study_fault(cfg.dp_fault, STUDY, cfg.dp)
     need(cfg.audit_canaries % 2 == 0 and cfg.audit_canaries != 2, "audit-canaries",
          f"must be 0 or an even number >= 4 (half inserted, half held out; each half split in two), "
          f"got {cfg.audit_canaries}")

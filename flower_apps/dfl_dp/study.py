@@ -34,6 +34,7 @@ KEYS = KeyTable(STUDY, (
     SHARED_KEYS["test-fraction"],
     SHARED_KEYS["node-local-data"],
     SHARED_KEYS["eval-data-path"],
+    SHARED_KEYS["dp-fault"],
     Key("data-part", "target", str, choices=("target", "shadow"),
         doc="clients hold target-train, or shadow-train (membership-inference shadow runs)"),
     Key("capture-victims", 0, int, ge=0,

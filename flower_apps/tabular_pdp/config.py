@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from datasets.cancer import COUNTRY_COUNTS
-from flower_apps.config import ConfigError, need
+from flower_apps.config import ConfigError, check_study_fault, need
 from flower_apps.tabular_pdp.study import ACTION, KEYS, POISONS, STUDY  # noqa: F401  (re-exported)
 
 _PAPER = {"dataset": "cancer-synthetic", "num-clients": 10, "num-rounds": 5, "lr": 0.001}
@@ -60,6 +60,7 @@ class TabularPdpConfig:
     round_timeout: float  # wall seconds the ServerApp waits for one round's (one phase's) replies
     noise_seed_file: str = ""  # "" = secure DP noise; else a local seed file (privacy.randomness)
     audit_canaries: int = 0  # client-level audit per client (privacy/audit, strategies/canaries); 0 = none
+    dp_fault: str = ""  # issue 37: a deliberately broken mechanism (privacy/faults.py; tests only)
     node_local_data: bool = False  # deployment: nodes read their data-path (flower_apps/common/node_data.py)
     rerun: str = "refuse"  # a finished run of this config in the folder: refuse or replace (not in the run hash)
 
@@ -81,7 +82,9 @@ class TabularPdpConfig:
         poison = "" if self.poison == "none" else f"_{self.poison}{self.poison_client}"
         clip = f"_C{self.clip_norm:g}" if self.clip_mode == "fixed" else ""
         audit = f"_audit{self.audit_canaries}" if self.audit_canaries else ""  # own folder: not resumed as plain
-        return f"{settings}{poison}{clip}_E{self.local_epochs}_T{self.num_rounds}_{self.dataset}_s{self.seed}{audit}"
+        fault = f"_FAULT-{self.dp_fault}" if self.dp_fault else ""  # a broken mechanism never shares a folder
+        return (f"{settings}{poison}{clip}_E{self.local_epochs}_T{self.num_rounds}_{self.dataset}_s{self.seed}"
+                f"{audit}{fault}")
 
 
 def build_config(c: dict[str, Any]) -> TabularPdpConfig:
@@ -95,6 +98,7 @@ def build_config(c: dict[str, Any]) -> TabularPdpConfig:
     need(cfg.clip_mode != "estimate" or not cfg.settings or cfg.num_clients >= 3, "tab-clip-mode",
          f"'estimate' takes an order statistic that no single client controls (privacy/clip_estimate.py) "
          f"and needs num-clients >= 3, got {cfg.num_clients}; use tab-clip-mode='fixed' with tab-clip-norm")
+    check_study_fault(cfg.dp_fault, STUDY, bool({"gdp", "pdp"} & set(cfg.settings)))
     need(cfg.poison_client < cfg.num_clients, "tab-poison-client",
          f"must be a client id in 0..{cfg.num_clients - 1}, got {cfg.poison_client}")
     need(cfg.audit_canaries % 2 == 0 and cfg.audit_canaries != 2, "tab-audit-canaries",

@@ -47,6 +47,7 @@ KEYS = KeyTable(STUDY, (
     SHARED_KEYS["test-fraction"],
     SHARED_KEYS["node-local-data"],
     SHARED_KEYS["delta-total"].refine(field="delta"),
+    SHARED_KEYS["dp-fault"],
     Key("tab-k", 5, int, ge=1, field="k", doc="k of k-anonymity"),
     Key("tab-suppression", 0.1, float, ge=0, le=1, field="suppression",
         doc="largest fraction of a client's records anonymization may suppress"),

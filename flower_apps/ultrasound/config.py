@@ -6,7 +6,7 @@ import json
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from flower_apps.config import ConfigError, need
+from flower_apps.config import ConfigError, check_study_fault, need
 from flower_apps.ultrasound.models import check_image_size, find_local_weights
 from flower_apps.ultrasound.pretrained import MissingWeightsError, lite0_weights_file
 from flower_apps.ultrasound.study import ACTION, ALGORITHMS, KEYS, MODES, STUDY  # noqa: F401  (re-exported)
@@ -78,6 +78,7 @@ class UltrasoundConfig:
     node_local_data: bool = False  # deployment: SuperNodes train on their data-path (flower_apps/common/node_data.py)
     eval_data_path: str = ""  # with node_local_data: the coordinator's folder with test/ and val/ (BUSI layout)
     audit_canaries: int = 0  # one-run DP-SGD audit of client 0 (flower_apps/ultrasound/audit.py); 0 = none
+    dp_fault: str = ""  # issue 37: a deliberately broken mechanism (privacy/faults.py; tests only)
     audit_canary: str = "random-pixels"
     rerun: str = "refuse"  # a finished run of this config in the folder: refuse or replace (not in the run hash)
 
@@ -132,8 +133,10 @@ class UltrasoundConfig:
         # non-default model set-ups get their own folders (the defaults keep the names they always had)
         ft = f"-{self.dp_finetune}" if self.dp_sgd and self.dp_finetune != "frozen-bn" else ""
         head = "_head-zero" if self.head_init == "zero" else ""
+        fault = f"_FAULT-{self.dp_fault}" if self.dp_fault else ""  # a broken mechanism never shares a folder
         return (f"{self.task}_{self.partition}_{self.arch}_{self.method}_{self.dp_label}{ft}_{self.image_size}px_"
-                f"K{self.num_clients}_T{self.num_rounds}_E{self.local_epochs}_{self.dataset}_s{self.seed}{head}{audit}")
+                f"K{self.num_clients}_T{self.num_rounds}_E{self.local_epochs}_{self.dataset}_s{self.seed}{head}{audit}"
+                f"{fault}")
 
 
 def build_config(c: dict[str, Any]) -> UltrasoundConfig:
@@ -155,6 +158,7 @@ def build_config(c: dict[str, Any]) -> UltrasoundConfig:
     else:
         need(cfg.task != "nonmalignant-vs-malignant", "us-task", "'nonmalignant-vs-malignant' is BreastMNIST's "
              "task; with BUSI use one of ['benign-vs-malignant', 'normal-vs-abnormal', 'three-class']")
+    check_study_fault(cfg.dp_fault, STUDY, cfg.dp_sgd)
     if cfg.audit_canaries:  # the data-dependent check (mislabelled canaries need images) runs in server_main
         need(cfg.audit_canaries >= 2, "us-audit-canaries",
              f"the audit needs at least 2 canaries (half inserted, half held out), got {cfg.audit_canaries}")

@@ -46,6 +46,7 @@ KEYS = KeyTable(STUDY, (
     SHARED_KEYS["lr"],
     SHARED_KEYS["batch-size"],
     SHARED_KEYS["local-epochs"],
+    SHARED_KEYS["dp-fault"],
     SHARED_KEYS["dirichlet-alpha"],
     Key("us-mode", "federated", str, choices=MODES, field="mode",
         doc="federated, or a baseline: centralized (pooled data) or local (each client alone)"),

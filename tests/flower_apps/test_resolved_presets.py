@@ -36,6 +36,10 @@ FIELD_CHANGES = {
                        {"round_timeout": 3600.0, "node_local_data": False, "eval_data_path": ""}),
 }
 
+# issue 37: the studies with a DP mechanism carry dp-fault ('' = the correct mechanism; out of the run hash)
+for _study in ("dfl-dp", "tabular-pdp", "ultrasound"):
+    FIELD_CHANGES[_study][1]["dp_fault"] = ""
+
 # issue 36: every study's config carries the rerun key (a finished run is kept unless 'replace'; not in the run hash)
 ADDED_EVERYWHERE = {"rerun": "refuse"}
 
