@@ -113,7 +113,9 @@ def write_run_table(summary: dict, out: Path) -> str:
                         "eps server view": f"{_eps(min(sv))}..{_eps(max(sv))}" if sv else "inf"})
         rows.append(row)
     delta = next((v["delta"] for v in summary["settings"].values() if "delta" in v), "-")
-    note = (f"C = {summary['clip_norm']:.4g} ({summary['clip_mode']}; estimate {summary['clip_norm_estimate']:.4g}), "
+    est = summary["clip_norm_estimate"]  # None with fewer than 3 clients (the robust estimate needs 3 norms)
+    note = (f"C = {summary['clip_norm']:.4g} ({summary['clip_mode']}; estimate "
+            f"{'n/a' if est is None else format(est, '.4g')}), "
             f"n_eps = {summary['noise_multiplier']:g}, delta = {delta}, "
             f"{summary['num_rounds']} rounds x {summary['local_epochs']} local epochs, participants "
             f"{summary['participants']}.")
