@@ -11,16 +11,26 @@ and scores each canary on the models that client *releases* (its update every ro
 Threat model: the adversary of example-level DP-SGD on the audited client's data. It chose the
 canaries and its coin flips and sees every model the client sends (white box on the released
 updates), or, in the weaker "last update" view, only the client's final released model. It never
-sees the client's real examples. Canaries are input-space examples (gradient-space Dirac canaries
-would need a hook inside Opacus' clipping step; they are audited on the plain mechanism in
-tests/privacy/test_audit_example_level.py):
+sees the client's real examples. Canaries (``us-audit-canary``):
+
+* ``gradient`` (issue 37: the kind with power, and a verdict): white-box Dirac gradient canaries of
+  norm C inside client 0's DP-SGD optimizer (:mod:`privacy.dpsgd.canaries`; Nasr et al. 2023): each
+  inserted canary joins the clipped sum of a step with the loader's Poisson rate q, before the
+  optimizer's own noise; the auditor sees every step's privatized sum (all iterates, the accountant's
+  threat model). The verdict (:func:`privacy.audit.example_level.gradient_canary_verdict`) tests the
+  noise measured along held-out canaries against the configured z C, the canaries' separation against
+  the formal mu, and the one-run lower bound against the accountant's epsilon from the configured z.
+
+Input-space canaries:
 
 * ``random-pixels``: out-of-distribution images (uniform random pixels) with uniformly random labels;
 * ``mislabelled``: m of the client's own training images, removed from its set and re-inserted
   (with probability 1/2) with a label moved to another class.
 
-Score of a canary: the loss decrease it sees from the released updates, summed over rounds
-(every-update view), or minus its loss under the client's last released model (last-update view).
+Score of an input-space canary: the loss decrease it sees from the released updates, summed over rounds
+(every-update view), or minus its loss under the client's last released model (last-update view). Their
+verdict rests on the lower bound alone (no noise can be measured from the released updates): mostly
+``underpowered`` at CPU scale (docs/audit.md).
 
 Composition, not patching: :class:`AuditGrid` is a grid view (like ``strategies.base.FastGrid``)
 that takes the audited client's audit record out of its replies before the strategy sees them
@@ -42,10 +52,12 @@ from flwr.app import ConfigRecord
 from flower_apps.common.results import atomic_write_json
 from flower_apps.common.tables import write_table
 from flower_apps.config import ConfigError
+from flower_apps.ultrasound import gradient_audit
 from flower_apps.ultrasound.data import build_data, data_key
 from flower_apps.ultrasound.study import CANARY_KINDS
 from flower_apps.ultrasound.train import predict_probs
-from privacy.audit.example_level import audit_from_scores, inclusion_bits
+from privacy.audit.example_level import audit_from_scores, epsilon_lower_bound, inclusion_bits, k_choices
+from privacy.audit.verdict import ALPHA, decide
 
 AUDITED_CLIENT = 0
 DEFAULT_CANARIES = 32  # smoke / CPU scale: BUSI clients hold ~40-160 images; more canaries would swamp them
@@ -134,7 +146,7 @@ def client_hook(cfg, cid: int, x: torch.Tensor, y: torch.Tensor, owners: np.ndar
     Un-audited runs and every client but the audited one get their data back untouched (same objects).
     """
     req = AuditRequest.of(cfg)
-    if req is None or req.client != cid:
+    if req is None or req.client != cid or req.kind == "gradient":  # gradient canaries: in the optimizer, not the data
         return None, x, y, owners
     can = make_canaries(req, x, y, num_classes)
     return (can, *can.insert(x, y, owners, cid))
@@ -151,18 +163,26 @@ class AuditGrid:
     def __init__(self, grid, req: AuditRequest) -> None:
         self._grid = grid
         self.req = req
-        self.rounds: list[tuple[list[float], list[float]]] = []  # (received, released) per round
+        self.rounds: list[tuple[list[float], list[float]]] = []  # input-space canaries: (received, released) per round
+        self.gradient: list[dict] = []  # gradient canaries: one validated record per round (gradient_audit)
 
     def __getattr__(self, name: str):  # everything else is the real grid's
         return getattr(self._grid, name)
 
+    def take(self, msg) -> None:
+        """Keep a reply's audit record (validated) and remove it from the reply."""
+        if msg.has_content() and AUDIT_RECORD in msg.content.config_records:
+            rec = msg.content.config_records[AUDIT_RECORD]
+            if self.req.kind == "gradient":
+                self.gradient.append(gradient_audit.parse_gradient_record(rec, self.req.canaries))
+            else:
+                self.rounds.append((list(rec["loss-received"]), list(rec["loss-released"])))
+            del msg.content[AUDIT_RECORD]  # the strategy sees the reply it would see without the audit
+
     def pull_messages(self, message_ids):
         got = list(self._grid.pull_messages(message_ids))
         for msg in got:
-            if msg.has_content() and AUDIT_RECORD in msg.content.config_records:
-                rec = msg.content.config_records[AUDIT_RECORD]
-                self.rounds.append((list(rec["loss-received"]), list(rec["loss-released"])))
-                del msg.content[AUDIT_RECORD]  # the strategy sees the reply it would see without the audit
+            self.take(msg)
         return got
 
 
@@ -188,7 +208,29 @@ def run_audit(req: AuditRequest, rounds: list[tuple[list[float], list[float]]], 
         out["threat_models"][view] = {**audit_from_scores(s, included, delta, CONFIDENCE).to_dict(),
                                       "scores": [float(v) for v in s]}  # to recompute or re-analyse later
     out["included_bits"] = [int(b) for b in included]
+    out.update(input_space_verdict(out, included, delta, eps_formal))
     return out
+
+
+def input_space_verdict(res: dict, included: np.ndarray, delta: float, eps_formal: float | None) -> dict:
+    """The verdict of an input-space audit: its lower bounds (both views, Bonferroni) against the RDP epsilon.
+
+    No noise can be measured from the released updates, so the bound (with its ceiling) is the only test:
+    ``underpowered`` wherever every guess right could not certify the formal epsilon (CPU scale), and
+    always without DP (the formal epsilon is infinite). The stored 95% bounds above are left as they were.
+    """
+    views = res["threat_models"]
+    a = ALPHA / len(views)
+    eps_ref = math.inf if eps_formal is None else float(eps_formal)
+    tests = []
+    for view, t in views.items():
+        one = audit_from_scores(np.asarray(t["scores"]), included, delta, 1 - a)
+        level = 1 - a / one.choices_tried
+        ceiling = max(epsilon_lower_bound(one.m, kp + km, kp + km, delta, level) for kp, km in k_choices(one.m))
+        tests.append({"test": f"lower-bound ({view})", "fired": bool(one.eps_lower > eps_ref),
+                      "powered": bool(ceiling > eps_ref), "alpha": a, "eps_lower": one.eps_lower,
+                      "ceiling": ceiling, "eps_formal": eps_formal})
+    return decide(tests)
 
 
 def check_auditable(cfg, req: AuditRequest) -> None:
@@ -224,11 +266,21 @@ def write_audit(out: Path, cfg, view: AuditGrid, accounting: dict | None) -> dic
     Called before summary.json is written (its presence marks the run complete, audit included).
     """
     req = view.req
+    if req.kind == "gradient":
+        res = gradient_audit.run_gradient_audit(req, view.gradient, cfg)
+        atomic_write_json(out / "audit.json", res)
+        write_table([{"threat model": "all-iterates (white box)", **gradient_audit.verdict_cells(res)}],
+                    out / "audit", f"Gradient-canary audit of client {req.client}'s DP-SGD: {req.canaries} Dirac "
+                    f"canaries of norm C ({res['included']} inserted), {res['steps_observed']} steps, "
+                    f"delta = {cfg.delta}", f"References from the configured z = {cfg.noise_multiplier:g}, "
+                    f"C = {cfg.max_grad_norm:g}; family-wise alpha {res['alpha']:g} (Bonferroni over the tests).")
+        return res
     eps_formal = next((r["eps_rdp"] for r in (accounting or {}).get("per_client", []) if r["client"] == req.client),
                       None)
     res = run_audit(req, view.rounds, cfg.delta, eps_formal)
     atomic_write_json(out / "audit.json", res)
-    write_table([{"threat model": v, "eps formal (RDP)": "no DP" if eps_formal is None else eps_formal,
+    write_table([{"threat model": v, "verdict": res["verdict"],
+                  "eps formal (RDP)": "no DP" if eps_formal is None else eps_formal,
                   "eps audited lower bound": a["eps_lower"], "eps point (guess accuracy)": a["eps_point"],
                   "eps point (Gaussian fit)": a["eps_gaussian_fit"], "guesses": a["guesses"],
                   "correct": a["correct"], "k+": a["k_plus"], "k-": a["k_minus"]}
@@ -239,7 +291,10 @@ def write_audit(out: Path, cfg, view: AuditGrid, accounting: dict | None) -> dic
     return res
 
 
-AUDIT_NOTE = ("eps audited >=: one-run lower bound (Steinke et al. 2023) at 95% confidence on client 0's DP-SGD, "
+AUDIT_NOTE = ("verdict (issue 37): violation when a test fires (measured noise below the configured z C, canary "
+              "separation above the formal mu, or a lower bound above eps RDP; family-wise alpha 0.05), consistent "
+              "when none fires and one had power, underpowered otherwise (input-space canaries at CPU scale). "
+              "eps audited >=: one-run lower bound (Steinke et al. 2023) at 95% confidence on client 0's DP-SGD, "
               "from input-space canaries scored on its released updates (every update) or on its last one; the "
               "point estimates carry no confidence (Gaussian fit: noisy with few canaries). A lower bound far below "
               "eps RDP is expected for one-run input-space audits at this scale (few canaries, few steps); one "
@@ -247,17 +302,27 @@ AUDIT_NOTE = ("eps audited >=: one-run lower bound (Steinke et al. 2023) at 95% 
 
 
 def lower_bound(summary: dict, view: str = "every-update") -> float:
-    """The audited lower bound of a finished run's summary (nan when not audited)."""
+    """The audited lower bound of a finished run's summary (nan when not audited or without that view)."""
     a = summary.get("audit")
-    return a["threat_models"][view]["eps_lower"] if a else math.nan
+    t = a["threat_models"].get(view) if a else None
+    return t["eps_lower"] if t else math.nan
+
+
+def verdicts(runs: list[dict]) -> str:
+    """The audited runs' verdicts, counted ('consistent 3/3', 'violation 1/3, consistent 2/3'; '-' when none)."""
+    got = [r["audit"].get("verdict", "none") for r in runs if r.get("audit")]
+    if not got:
+        return "-"
+    return ", ".join(f"{v} {got.count(v)}/{len(got)}" for v in sorted(set(got), key=lambda v: (v != "violation", v)))
 
 
 def audit_cells(runs: list[dict]) -> dict:
-    """Columns beside the RDP epsilon in the DP tables: mean audited lower bound over the seeds."""
-    cells = {}
-    for view in ("every-update", "last-update"):
-        vals = [lower_bound(r, view) for r in runs if r.get("audit")]
-        cells[f"eps audited >= ({view})"] = f"{np.mean(vals):.3g}" if vals else "-"
+    """Columns beside the RDP epsilon in the DP tables: the verdicts and the mean audited lower bound over seeds."""
+    cells = {"audit verdict": verdicts(runs)}
+    for view in ("all-iterates", "every-update", "last-update"):
+        vals = [v for v in (lower_bound(r, view) for r in runs if r.get("audit")) if not math.isnan(v)]
+        if vals or view != "all-iterates":
+            cells[f"eps audited >= ({view})"] = f"{np.mean(vals):.3g}" if vals else "-"
     return cells
 
 
@@ -266,10 +331,13 @@ def audit_rows(summaries: list[dict]) -> list[dict]:
     rows = []
     for s in sorted((s for s in summaries if s.get("audit")), key=lambda s: s["run"]):
         a = s["audit"]
-        row = {"run": s["run"], "method": s["method"],
+        row = {"run": s["run"], "method": s["method"], **({"dp fault": s["dp_fault"]} if s.get("dp_fault") else {}),
                "DP-SGD": f"C={s['max_grad_norm']:g}, z={s['noise_multiplier']:g}" if s["dp_sgd"] else "none",
                "canaries": f"{a['canaries']} {a['canary_kind']} ({a['included']} in)",
-               "eps RDP (client)": "inf (no DP)" if a["eps_formal_rdp"] is None else f"{a['eps_formal_rdp']:.3g}"}
+               "eps RDP (client)": "inf (no DP)" if a["eps_formal_rdp"] is None else f"{a['eps_formal_rdp']:.3g}",
+               "verdict": a.get("verdict", "-")}  # runs audited before issue 37 have none
+        if a["canary_kind"] == "gradient":
+            row.update(gradient_audit.verdict_cells(a))
         for view, t in a["threat_models"].items():
             row[f"eps audited >= ({view})"] = f"{t['eps_lower']:.3g}"
             row[f"correct / guesses ({view})"] = f"{t['correct']}/{t['guesses']}"

@@ -15,7 +15,7 @@ from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, 
 
 from flower_apps.common.torch_utils import pick_device, record_to_state, state_to_record
 from flower_apps.config import noise_condition
-from flower_apps.ultrasound import audit
+from flower_apps.ultrasound import audit, gradient_audit
 from flower_apps.ultrasound.config import UltrasoundConfig
 from datasets.base import DataError
 from flower_apps.common.node_data import describe_reply, error_reply, is_query, node_data_path, node_name
@@ -23,6 +23,7 @@ from flower_apps.ultrasound.data import build_data, data_key, node_clients
 from flower_apps.ultrasound.models import model_skeleton
 from flower_apps.ultrasound.study import NODE_SEED_KEY, NOISE_SEED_ENV
 from flower_apps.ultrasound.train import DpSettings, client_seed, evaluate, lr_at_round, train_local
+from privacy.faults import noise_divisor
 from privacy.randomness import NoiseSource
 from strategies.cohorts import client_ids_of
 
@@ -78,7 +79,9 @@ def dp_settings(cfg: UltrasoundConfig, context: Context | None = None,
             noise.check()
         except (OSError, ValueError) as exc:
             raise NoiseSeedError(f"this node's seed file: {exc}") from None
-    return DpSettings(cfg.noise_multiplier, cfg.max_grad_norm, cfg.grad_sample_mode, noise=noise)
+    # dp-fault (issue 37, tests only): the optimizer's noise multiplier shrinks; the metrics and ledger keep z
+    return DpSettings(cfg.noise_multiplier, cfg.max_grad_norm, cfg.grad_sample_mode, noise=noise,
+                      noise_divisor=noise_divisor(cfg.dp_fault))
 
 
 def train(msg: Message, context: Context) -> Message:
@@ -113,10 +116,11 @@ def train(msg: Message, context: Context) -> Message:
     lr = lr_at_round(cfg.lr, server_round, cfg.num_rounds)
     canaries, x, y, owners = audit.client_hook(cfg, cid, x, y, owners, data.num_classes)  # us-audit-canaries > 0 only
     loss_received = audit.canary_losses(model, canaries, device) if canaries is not None else None
+    grad_canaries = gradient_audit.gradient_hook(cfg, cid, server_round)  # us-audit-canary='gradient' only
     stats = train_local(model, x, y, epochs=cfg.local_epochs, batch_size=cfg.batch_size, lr_for_epoch=lambda e: lr,
                         device=device, seed=client_seed(cfg.seed, server_round, cid), proximal_mu=mu,
                         dp=dp, owners=owners, profiles=data.profiles,
-                        channels_last=cfg.channels_last)
+                        channels_last=cfg.channels_last, gradient_canaries=grad_canaries)
     metrics = MetricRecord({
         "num-examples": int(len(y)), "client-id": cid, "client-ids": [cid], "train-loss": stats.loss,
         "steps": stats.steps,
@@ -128,6 +132,8 @@ def train(msg: Message, context: Context) -> Message:
     content = RecordDict({"arrays": state_to_record(model), METRICS_KEY: metrics})
     if canaries is not None:
         content[audit.AUDIT_RECORD] = audit.audit_record(loss_received, audit.canary_losses(model, canaries, device))
+    if grad_canaries is not None:
+        content[audit.AUDIT_RECORD] = gradient_audit.gradient_record(grad_canaries, stats.steps)
     return Message(content, reply_to=msg)
 
 

@@ -164,6 +164,9 @@ def build_config(c: dict[str, Any]) -> UltrasoundConfig:
              f"the audit needs at least 2 canaries (half inserted, half held out), got {cfg.audit_canaries}")
         need(cfg.mode == "federated", "us-audit-canaries",
              f"{cfg.mode!r} runs release no client update the auditor can see; only federated runs are audited")
+        need(cfg.audit_canary != "gradient" or (cfg.dp_sgd and cfg.noise_multiplier > 0), "us-audit-canary",
+             "'gradient' canaries live in the DP-SGD optimizer's noised step: they need us-dp-sgd=true and "
+             f"us-noise-multiplier > 0, got us-dp-sgd={cfg.dp_sgd}, us-noise-multiplier={cfg.noise_multiplier}")
     if cfg.node_local_data:
         need(cfg.mode == "federated", "node-local-data", f"serves federated runs only, got us-mode={cfg.mode!r} "
              "(centralized pools every client's images on the server; local-only needs a test set on every node)")

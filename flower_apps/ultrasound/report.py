@@ -122,7 +122,9 @@ def _scale(s: dict) -> str:
     return (f"{s['dataset']} {s['image_size']}px K{s['num_clients']} T{s['num_rounds']} E{s['local_epochs']}"
             + (" SYNTHETIC" if s["synthetic"] else "")
             # audited runs train client 0 on canaries too: their own rows, never pooled with un-audited seeds
-            + (f" audited ({s['audit']['canaries']} {s['audit']['canary_kind']})" if s.get("audit") else ""))
+            + (f" audited ({s['audit']['canaries']} {s['audit']['canary_kind']})" if s.get("audit") else "")
+            # issue 37: a deliberately broken mechanism never pools with the correct one
+            + (f" FAULT {s['dp_fault']}" if s.get("dp_fault") else ""))
 
 
 def _dp(s: dict) -> str:

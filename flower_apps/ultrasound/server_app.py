@@ -151,6 +151,8 @@ def server_main(grid: Grid, cfg: UltrasoundConfig) -> dict:
         if cfg.mode == "federated" else None,
         "accounting": accounting(ledgers, cfg) if cfg.dp_sgd else None,
     }
+    if cfg.dp_fault:  # issue 37: a run with a deliberately broken mechanism says so (runs without keep their summary)
+        summary["dp_fault"] = cfg.dp_fault
     if audit_view is not None:  # the one-run DP-SGD audit, beside the RDP accountant's epsilon (docs/audit.md)
         summary["audit"] = audit.write_audit(out, cfg, audit_view, summary["accounting"])
     summary.update(deployment)  # node-local runs: which node held which clients, which nodes failed and why

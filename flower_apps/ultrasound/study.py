@@ -18,7 +18,9 @@ ACTION = "ultrasound"
 ALGORITHMS = ("fedavg", "fedprox", "fedadam")
 MODES = ("federated", "centralized", "local")
 PARTITIONS = ("iid", "non-iid", "label", "quantity", "feature")
-CANARY_KINDS = ("random-pixels", "mislabelled")  # the one-run DP-SGD audit's canaries (flower_apps/ultrasound/audit.py)
+# the one-run DP-SGD audit's canaries (flower_apps/ultrasound/audit.py): input-space examples, or white-box
+# gradient canaries inside client 0's DP-SGD optimizer (issue 37: the kind with power, and a verdict)
+CANARY_KINDS = ("random-pixels", "mislabelled", "gradient")
 
 # Where a training node finds its own DP-SGD seed file (us-noise-mode='seeded'): its SuperNode's
 # --node-config key, else this variable in its own environment (simulations: one node config for all).
@@ -98,5 +100,7 @@ KEYS = KeyTable(STUDY, (
         doc="one-run empirical DP-SGD audit of client 0 (federated runs): canary examples, half inserted; "
             "0 = no audit (docs/audit.md)"),
     Key("us-audit-canary", "random-pixels", str, choices=CANARY_KINDS, field="audit_canary",
-        doc="audit canaries: random-pixel images with random labels, or mislabelled images of client 0"),
+        doc="audit canaries: random-pixel images with random labels, mislabelled images of client 0, or gradient "
+            "(white-box Dirac gradient canaries of norm C in client 0's DP-SGD steps, noise measured against the "
+            "configured z C; needs us-dp-sgd=true)"),
 ))

@@ -190,7 +190,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         f"M canaries (default {audit.DEFAULT_CANARIES}): sets the run key us-audit-canaries; "
                         "audited runs get their own folders")
     p.add_argument("--audit-canary", choices=audit.CANARY_KINDS, default="random-pixels",
-                   help="input-space canaries: random-pixel images with random labels, or mislabelled client images")
+                   help="input-space canaries: random-pixel images with random labels, or mislabelled client images; "
+                        "or gradient: white-box Dirac gradient canaries in client 0's DP-SGD steps, with a verdict "
+                        "(issue 37; DP-SGD runs only, e.g. --audit 256)")
     return p.parse_args(argv)
 
 

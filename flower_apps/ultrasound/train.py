@@ -22,7 +22,7 @@ from datasets.transforms import ScannerProfile, to_model_input, uint8_to_unit
 from flower_apps.common import seeding
 from flower_apps.ultrasound.features import cached_features, frozen_trunk, trainable_head
 from flower_apps.ultrasound.metrics import classification_metrics
-from privacy.dpsgd import ghost_clipping_backward, ghost_targets, make_private, unwrap
+from privacy.dpsgd import GradientCanaries, ghost_clipping_backward, ghost_targets, make_private, unwrap
 from privacy.randomness import NoiseSource
 
 LR_MILESTONES = (0.5, 0.8)  # fractions of the rounds after which the lr is multiplied by LR_DECAY
@@ -38,6 +38,9 @@ class DpSettings:
     grad_sample_mode: str = "ghost"
     poisson_sampling: bool = True  # False only in tests (fixed batches, to compare with a plain step)
     noise: NoiseSource = field(default_factory=NoiseSource)  # secret by default (privacy.randomness)
+    # issue 37, tests only (privacy/faults.py, run key dp-fault): the optimizer's noise multiplier is divided by
+    # this, while the ledger and every reported value keep noise_multiplier (a bug does not announce itself)
+    noise_divisor: float = 1.0
 
 
 @dataclass
@@ -121,6 +124,7 @@ def train_local(
     on_epoch_end: Callable[[int, nn.Module], None] | None = None,
     channels_last: bool = False,
     feature_cache: bool = True,
+    gradient_canaries: GradientCanaries | None = None,
 ) -> TrainStats:
     """Train ``model`` in place for ``epochs`` epochs on uint8 images ``x`` and labels ``y``.
 
@@ -135,8 +139,12 @@ def train_local(
     ``feature_cache``: under DP-SGD, when only the classifier trains on a deterministic frozen trunk and no
     image is augmented, train the classifier on the trunk's features computed once
     (:mod:`flower_apps.ultrasound.features`: same mathematics, other float rounding).
+    ``gradient_canaries`` (with ``dp`` only): an auditor's white-box gradient canaries in every DP-SGD step
+    (:mod:`privacy.dpsgd.canaries`); they record what they observe.
     """
     n = len(y)
+    if gradient_canaries is not None and dp is None:
+        raise ValueError("gradient canaries live in the DP-SGD optimizer's step: they need dp")
     if n == 0:
         raise ValueError("cannot train on an empty client dataset")
     model.to(device).train()
@@ -160,9 +168,11 @@ def train_local(
     net: nn.Module = model
     pt = None
     if dp is not None:
-        pt = make_private(trained, opt, n, batch_size, noise_multiplier=dp.noise_multiplier,
+        if not dp.noise_divisor > 0:
+            raise ValueError(f"noise_divisor must be > 0, got {dp.noise_divisor}")
+        pt = make_private(trained, opt, n, batch_size, noise_multiplier=dp.noise_multiplier / dp.noise_divisor,
                           max_grad_norm=dp.max_grad_norm, grad_sample_mode=dp.grad_sample_mode, seed=seed,
-                          poisson_sampling=dp.poisson_sampling, noise=dp.noise)
+                          poisson_sampling=dp.poisson_sampling, noise=dp.noise, gradient_canaries=gradient_canaries)
         net, opt, loss_fn = pt.model, pt.optimizer, pt.criterion
     total, seen, steps = 0.0, 0, 0
     t0 = time.perf_counter()

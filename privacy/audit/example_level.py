@@ -256,3 +256,118 @@ def dirac_scores(canaries: np.ndarray, gradient_sum: np.ndarray) -> np.ndarray:
         raise ValueError(f"canaries (m, d) and gradient_sum (d,) expected, got {canaries.shape}, "
                          f"{gradient_sum.shape}")
     return canaries @ gradient_sum
+
+
+# ----------------------------------------------------------------------------- white-box gradient canaries
+# Issue 37: input-space canaries have no power at CPU scale; gradient canaries inside the DP optimizer's
+# step (privacy.dpsgd.canaries: Nasr et al. 2023's Dirac canaries, all-iterates white box) see every
+# privatized gradient sum, so the noise itself can be measured and tested against the configured z C.
+
+GRADIENT_TESTS = 3  # measured noise, separation, one-run lower bound: Bonferroni over ALPHA
+
+
+def _check_gradient_observations(projections: np.ndarray, sampled: np.ndarray, included: np.ndarray):
+    p = np.asarray(projections, dtype=np.float64)
+    s = np.asarray(sampled)
+    inc = np.asarray(included)
+    if p.ndim != 2 or p.shape[0] < 1 or s.shape != p.shape or inc.shape != (p.shape[1],):
+        raise ValueError(f"projections and sampled must be (steps >= 1, m) and included (m,), got {p.shape}, "
+                         f"{s.shape}, {inc.shape}")
+    if s.dtype != bool or inc.dtype != bool:
+        raise ValueError(f"sampled and included must be booleans, got {s.dtype}, {inc.dtype}")
+    if not np.all(np.isfinite(p)):
+        raise ValueError(f"projections must be finite; {int((~np.isfinite(p)).sum())} are not")
+    if inc.sum() < 2 or (~inc).sum() < 2:
+        raise ValueError(f"need >= 2 inserted and >= 2 held-out canaries, got {int(inc.sum())} and {int((~inc).sum())}")
+    return p, s, inc
+
+
+def conditioned_scores(projections: np.ndarray, sampled: np.ndarray, noise_sd: float) -> tuple[np.ndarray, np.ndarray]:
+    """Per canary j: s_j = sum over its sampled steps of its projection / (noise_sd sqrt(n_j)), and n_j.
+
+    The auditor who inserts a canary knows the steps it sampled it in (its own draws, the same for held-out
+    canaries, which are just never added). Given those n_j steps, canary j faces n_j Gaussian mechanisms of
+    sensitivity C and SD z C: a sqrt(n_j) / z-GDP composition, whose optimal statistic is this sum. Under
+    the configured noise s_j ~ N(sqrt(n_j) / z, 1) for an inserted canary and N(0, 1) for a held-out one
+    (plus the real clipped sum's coordinate, which only adds spread). n_j = 0 gives nan.
+    """
+    p = np.asarray(projections, dtype=np.float64)
+    s = np.asarray(sampled, dtype=bool)
+    n = s.sum(0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        scores = (p * s).sum(0) / (noise_sd * np.sqrt(n))
+    return np.where(n > 0, scores, np.nan), n
+
+
+def gradient_canary_verdict(projections: np.ndarray, sampled: np.ndarray, included: np.ndarray, *,
+                            noise_multiplier: float, clip_norm: float, eps_formal: float, delta: float,
+                            alpha: float | None = None) -> dict:
+    """The verdict of a white-box gradient-canary audit of DP-SGD, every reference from the configured knobs.
+
+    Parameters
+    ----------
+    projections : (steps, m)
+        The privatized (noised) gradient sum of every step along each canary's unit direction.
+    sampled : (steps, m) bool
+        Whether the auditor sampled canary j at that step (rate q); an inserted canary was added then.
+    included : (m,) bool
+        The auditor's coin flips: inserted (True) or held out (never added).
+    noise_multiplier, clip_norm : float
+        The *configured* z and C (never what the optimizer reports): the noise SD of every step is z C.
+    eps_formal : float
+        The accountant's epsilon of one example of this training at ``delta`` from the configured z, the
+        loader's q and the steps (the reference of the lower bound).
+    alpha : float or None
+        Family-wise level of the three tests (default :data:`privacy.audit.verdict.ALPHA`), split equally.
+
+    Returns
+    -------
+    dict
+        :func:`privacy.audit.verdict.decide`'s verdict with the tests behind it, plus the scores.
+
+    Tests (Bonferroni, alpha / 3 each):
+
+    * ``measured-noise``: the held-out canaries' projections over all steps against SD z C
+      (:func:`privacy.audit.verdict.noise_test`: chi^2 lower tail; the real gradient only adds energy);
+    * ``separation``: :func:`conditioned_scores` of inserted vs held-out canaries against the formal
+      mu = sqrt(mean n_j) / z (over the inserted canaries scored). Conservative: the scores' mean separation
+      is mean(sqrt n_j) / z <= sqrt(mean n_j) / z (Jensen), and unequal n_j only widen the pooled SD;
+    * ``lower-bound``: the one-run lower bound (Steinke et al. 2023, :func:`audit_from_scores`) of the
+      canaries' projections summed over *all* steps (the score may not use the sampling, which the
+      accountant's amplification assumes hidden) against ``eps_formal``, with its ceiling (every guess right).
+    """
+    from privacy.audit.verdict import ALPHA, decide, noise_test, separation_test
+
+    p, s, inc = _check_gradient_observations(projections, sampled, included)
+    if not (noise_multiplier > 0 and clip_norm > 0 and math.isfinite(noise_multiplier * clip_norm)):
+        raise ValueError(f"need a configured noise multiplier z > 0 and clip norm C > 0, got z={noise_multiplier}, "
+                         f"C={clip_norm}")
+    if not (eps_formal >= 0):
+        raise ValueError(f"eps_formal must be >= 0, got {eps_formal}")
+    _check_delta(delta)
+    a = (ALPHA if alpha is None else alpha) / GRADIENT_TESTS
+    steps, m = p.shape
+    noise_sd = noise_multiplier * clip_norm
+    noise = noise_test(p[:, ~inc], np.full(steps, noise_sd), a)
+    scores, n = conditioned_scores(p, s, noise_sd)
+    ok = n > 0
+    s_in, s_out = scores[inc & ok], scores[~inc & ok]
+    if s_in.size >= 2 and s_out.size >= 2:
+        mu_formal = math.sqrt(float(n[inc & ok].mean())) / noise_multiplier
+        separation = separation_test(s_in, s_out, mu_formal, a)
+    else:  # too few canaries ever sampled: no evidence either way (never fires, never counts as power)
+        separation = {"test": "separation", "fired": False, "powered": False, "alpha": a,
+                      "reason": f"only {s_in.size} inserted / {s_out.size} held-out canaries were ever sampled"}
+    total = p.sum(0)  # all-iterates score without the sampling
+    one_run = audit_from_scores(total, inc, delta, 1 - a)
+    level_conf = 1 - a / one_run.choices_tried
+    ceiling = max(epsilon_lower_bound(m, kp + km, kp + km, delta, level_conf) for kp, km in k_choices(m))
+    bound = {"test": "lower-bound", "fired": bool(one_run.eps_lower > eps_formal),
+             "powered": bool(ceiling > eps_formal), "alpha": a, "eps_lower": one_run.eps_lower, "ceiling": ceiling,
+             "eps_formal": float(eps_formal), "correct": one_run.correct, "guesses": one_run.guesses}
+    out = decide([noise, separation, bound])
+    out.update({"measured_over_configured": noise["measured_over_configured"], "configured_noise_sd": noise_sd,
+                "steps": steps, "sampled_steps_mean": float(n.mean()), "one_run": one_run.to_dict(),
+                "scores_conditioned": [None if not np.isfinite(v) else float(v) for v in scores],
+                "scores_all_steps": [float(v) for v in total]})
+    return out

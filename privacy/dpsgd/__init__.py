@@ -7,6 +7,7 @@
   model they wrap, and only for it.
 * :mod:`~privacy.dpsgd.book_keeping` -- ghost clipping's clipped gradient sum from its one backward pass.
 * :mod:`~privacy.dpsgd.engine` -- :func:`make_private` (the wiring), ghost clipping, the copy-free DP optimizer.
+* :mod:`~privacy.dpsgd.canaries` -- an auditor's white-box gradient canaries inside the DP optimizer's step.
 * :mod:`~privacy.dpsgd.ledger` -- recording DP-SGD steps; epsilon from dp-accounting.
 
 Importing this package changes nothing in Opacus: no sampler is registered with Opacus and none of
@@ -19,6 +20,7 @@ from privacy.opacus_import import import_opacus
 import_opacus()  # before any opacus import: no root log handler (see privacy/opacus_import.py)
 
 # ruff: noqa: E402  (the imports below must follow import_opacus())
+from privacy.dpsgd.canaries import GradientCanaries, with_gradient_canaries
 from privacy.dpsgd.compat import (BN_MODES, DpVisionTransformer, ModelChange, PrefixTokenPosEmbed, freeze_batchnorm,
                                   make_opacus_compatible, replace_batchnorm_act, train_last_groups)
 from privacy.dpsgd.engine import (GRAD_SAMPLE_MODES, PrivateTraining, ghost_clipping_backward, ghost_targets, make_private,
@@ -30,8 +32,9 @@ from privacy.dpsgd.samplers import FAST_GRAD_SAMPLERS, FAST_NORM_SAMPLERS
 
 __all__ = [
     "BN_MODES", "DpSgdEvent", "DpSgdLedger", "DpVisionTransformer", "FAST_GRAD_SAMPLERS", "FAST_NORM_SAMPLERS",
-    "FastGhostClippingModule", "FastGradSampleModule", "GRAD_SAMPLE_MODES", "ModelChange", "PrefixTokenPosEmbed",
+    "FastGhostClippingModule", "FastGradSampleModule", "GRAD_SAMPLE_MODES", "GradientCanaries", "ModelChange",
+    "PrefixTokenPosEmbed",
     "PrivateTraining", "dp_event", "freeze_batchnorm", "ghost_clipping_backward", "ghost_targets", "grad_sample_module",
     "make_opacus_compatible", "make_private", "paper_sqrt_t_bound", "rdp_epsilon", "replace_batchnorm_act",
-    "store_grad_sample", "train_last_groups", "unwrap",
+    "store_grad_sample", "train_last_groups", "unwrap", "with_gradient_canaries",
 ]

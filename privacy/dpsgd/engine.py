@@ -18,6 +18,7 @@ import torch
 from opacus.optimizers import DPOptimizerFastGradientClipping
 from torch import nn
 
+from privacy.dpsgd.canaries import GradientCanaries, with_gradient_canaries
 from privacy.dpsgd.grad_sample import grad_sample_module
 from privacy.randomness import STREAM_DPSGD, NoiseSource
 
@@ -84,7 +85,7 @@ class PrivateTraining:
 def make_private(model: nn.Module, optimizer: torch.optim.Optimizer, num_samples: int, batch_size: int, *,
                  noise_multiplier: float, max_grad_norm: float, grad_sample_mode: str = "hooks",
                  seed: int = 0, poisson_sampling: bool = True, noise: NoiseSource | None = None,
-                 fast_samplers: bool = True) -> PrivateTraining:
+                 fast_samplers: bool = True, gradient_canaries: GradientCanaries | None = None) -> PrivateTraining:
     """Opacus' ``PrivacyEngine.make_private`` over a loader of *indices* 0..n-1.
 
     The loader yields index batches (Poisson-sampled with rate q = batch_size / n when
@@ -114,6 +115,10 @@ def make_private(model: nn.Module, optimizer: torch.optim.Optimizer, num_samples
         The client's secret randomness; None: OS entropy.
     fast_samplers : bool
         Use :mod:`privacy.dpsgd.samplers` for this model (default); False: Opacus' own samplers.
+    gradient_canaries : GradientCanaries or None
+        An auditor's white-box gradient canaries (:mod:`privacy.dpsgd.canaries`): inserted into the
+        clipped sum of every step before the optimizer's noise, observed after it. None (default): the
+        optimizer is the plain one.
 
     Returns
     -------
@@ -160,6 +165,8 @@ def make_private(model: nn.Module, optimizer: torch.optim.Optimizer, num_samples
         optimizer_cls = get_optimizer_class(clipping="flat", distributed=False, grad_sample_mode=grad_sample_mode)
         if fast_samplers and optimizer_cls is DPOptimizerFastGradientClipping:
             optimizer_cls = CopyFreeFastGradientClippingOptimizer
+        if gradient_canaries is not None:
+            optimizer_cls = with_gradient_canaries(optimizer_cls)
         optimizer = optimizer_cls(
             optimizer=optimizer, noise_multiplier=noise_multiplier, max_grad_norm=max_grad_norm,
             expected_batch_size=expected_batch_size, loss_reduction="mean", generator=g_noise, secure_mode=False)
@@ -168,6 +175,9 @@ def make_private(model: nn.Module, optimizer: torch.optim.Optimizer, num_samples
         criterion = DPLossFastGradientClipping(wrapped, optimizer, criterion, loss_reduction="mean")
     # Opacus sets q = 1 / len(loader) = 1 / ceil(n / B) (not B / n) and 1 / q steps per epoch.
     rate = float(getattr(dl, "sample_rate", 1.0 / len(loader)))
+    if gradient_canaries is not None:
+        gradient_canaries.bind(optimizer.params, rate)  # canaries sampled at the loader's Poisson rate q
+        optimizer.gradient_canaries = gradient_canaries
     return PrivateTraining(wrapped, optimizer, dl, criterion, rate)
 
 
