@@ -140,6 +140,11 @@ def flat_size(model: Mapping[str, np.ndarray]) -> int:
 class WeightedCanaries:
     """Canaries for a size-weighted FedAvg: canary k stands for client ``groups[k]`` and takes its weight.
 
+    The tabular DP wrappers (strategies.server_fixed_clipping, strategies.personalized_clipping) treat
+    each inserted canary as a cohort member: its update c_k goes through the same clip (and, PDP, the
+    same personalized noise) as a real client's, so canaries above C (issue 37, norm_range (2, 10))
+    test that clip. Under PDP the wrapper hands each canary's noised update to :meth:`record_noised`.
+
     Parameters
     ----------
     canaries : the auditor's canaries; ``canaries.groups`` are client ids.
@@ -159,14 +164,37 @@ class WeightedCanaries:
         if np.any(self.weights <= 0):
             raise ValueError("canary weights must be > 0")
         self.risks = None if risks is None else np.array([float(risks[g]) for g in self.groups])
+        #: group -> [(round, projections)]: each noised canary update along its group's held-out directions
+        self.noised_projections: dict[int, list[tuple[int, np.ndarray]]] = {}
+        self._held_out_units: dict[int, np.ndarray] = {}
 
     @property
     def num_inserted(self) -> int:
         return int(self.index.size)
 
     def updates(self) -> np.ndarray:
-        """The inserted canaries' updates (K_in, d) (already at norm <= C: clipping is the identity)."""
+        """The inserted canaries' updates (K_in, d), unclipped (the wrapper clips them like any member's)."""
         return self.canaries.vectors[self.index]
+
+    def held_out_units(self, group: int) -> np.ndarray:
+        """(K_out of ``group``, d) float64: the unit directions of the group's held-out canaries."""
+        if group not in self._held_out_units:
+            idx = np.flatnonzero(~self.canaries.inserted & (self.canaries.groups == group))
+            self._held_out_units[group] = (self.canaries.vectors[idx].astype(np.float64)
+                                           / self.canaries.norms[idx][:, None])
+        return self._held_out_units[group]
+
+    def record_noised(self, server_round: int, position: int, noised_update: np.ndarray) -> None:
+        """What the trusted server holds of inserted canary ``position`` after its personalized noise (PDP).
+
+        Kept: its components along the held-out canaries' unit directions of the same client group,
+        random directions the mechanism never saw, so pure noise of the member's SD (plus a signal
+        component of order C / sqrt(d), which only adds energy). privacy.audit.verdict.noise_test
+        compares them with the SD the configuration gives a client of that risk.
+        """
+        g = int(self.groups[position])
+        proj = self.held_out_units(g) @ np.asarray(noised_update, dtype=np.float64)
+        self.noised_projections.setdefault(g, []).append((int(server_round), proj))
 
     def signal_over_sigma(self, total_weight: float, sigma_release: float) -> dict[int, float]:
         """Per client group: the canary's contribution p_k C over the release's noise SD (for the formal epsilon)."""

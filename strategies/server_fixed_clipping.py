@@ -15,8 +15,15 @@ This wrapper runs the same steps with Flower's own clipping and sigma functions
   which would let one participant veto every release);
 * an unchanged model (zero update) is kept as it is (Flower divides by its norm).
 
-Audit canaries (``canaries``, strategies.canaries.WeightedCanaries) join the weighted mean with
-their clients' weights and count in m, before the noise, exactly like real clients.
+Audit canaries (``canaries``, strategies.canaries.WeightedCanaries) are cohort members: each
+canary's update goes through the same clip (``clip_model_update``, Flower's math) as a real
+client's, joins the weighted mean with its client's weight and counts in m, before the noise.
+
+Broken variants (``fault``, privacy/faults.py; tests only), reported sigma and clip counters unchanged:
+``noise-div-k`` adds N(0, (sigma / k)^2); ``wrong-cohort`` sizes sigma for WRONG_COHORT_FACTOR x
+(m + K_in) and reports it; ``skip-clip`` leaves every member's update (canaries too) unclipped;
+``clip-after-noise`` averages the unclipped updates, adds the noise, then clips the round's noised
+update to C; ``pdp-one-client-noise-div-10`` is a PDP bug and changes nothing here.
 
 Threat model: the server is trusted; the noise hides each client's update from the other
 clients and from anyone who sees the released models. With equal weights the sensitivity of
@@ -32,20 +39,32 @@ import numpy as np
 from flwr.app import ArrayRecord, Message, MetricRecord
 from flwr.supercore.differential_privacy import compute_clip_model_update, compute_stdv
 
+from privacy.audit.client_level import float_keys
+from privacy.faults import WRONG_COHORT_FACTOR, noise_divisor
 from privacy.mechanisms import gaussian_noise_like, global_l2_norm
 from strategies.canaries import mix_into_weighted_mean, real_weight
 from strategies.records import from_numpy, to_numpy
 from strategies.wrapper import ClippingWrapper
 
 
+def clip_model_update(params: list[np.ndarray], current: list[np.ndarray], clipping_norm: float,
+                      clip: bool = True) -> float:
+    """Clip the update params - current to ``clipping_norm`` in place (Flower's math); returns its norm.
+
+    ``clip=False`` only measures (the skip-clip bug's path: the norm is still recorded).
+    """
+    norm = global_l2_norm([p.astype(np.float64) - c for p, c in zip(params, current)])
+    if clip and norm > 0:  # a zero update needs no clipping (and Flower's division would fail)
+        compute_clip_model_update(params, current, clipping_norm)
+    return norm
+
+
 def clip_reply_update(reply: Message, current: OrderedDict[str, np.ndarray], clipping_norm: float,
-                      key: str = "arrays") -> float:
+                      key: str = "arrays", clip: bool = True) -> float:
     """Clip ``reply``'s update w_i - w to ``clipping_norm`` in place (Flower's math); returns its norm."""
     w = to_numpy(reply.content[key])
     params = [w[k] for k in current]
-    norm = global_l2_norm([p.astype(np.float64) - current[k] for p, k in zip(params, current)])
-    if norm > 0:  # a zero update needs no clipping (and Flower's division would fail)
-        compute_clip_model_update(params, list(current.values()), clipping_norm)
+    norm = clip_model_update(params, list(current.values()), clipping_norm, clip)
     reply.content[key] = from_numpy(OrderedDict(zip(current, params)))
     return norm
 
@@ -56,12 +75,23 @@ class ServerSideFixedClipping(ClippingWrapper):
     ``rounds`` records, per round, sigma, the cohort size m, rejections and the update norms.
     """
 
+    def clipped_canary_updates(self) -> np.ndarray:
+        """The inserted canaries' updates (K_in, d) after the same clip as the real clients' (float64)."""
+        assert self.canaries is not None
+        out = self.canaries.updates().astype(np.float64)
+        zero = np.zeros(out.shape[1])
+        for row in out:  # canary k's model is w + c_k: its update c_k through clip_model_update, in place
+            params = [row]
+            clip_model_update(params, [zero], self.clipping_norm, self.clips_before_noise)
+            row[:] = params[0]
+        return out
+
     def aggregate_train(self, server_round: int,
                         replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
         checked = self.check(server_round, replies)
         ok = checked.valid_by_client()
         current = to_numpy(self.current_arrays)
-        norms = {c: clip_reply_update(checked.reply_of[c], current, self.clipping_norm)
+        norms = {c: clip_reply_update(checked.reply_of[c], current, self.clipping_norm, clip=self.clips_before_noise)
                  for c in checked.contributors}
         m = len(checked.contributors)
         info = {"m": m, "rejected": len(checked.rejected), "update_norms": norms,
@@ -74,12 +104,19 @@ class ServerSideFixedClipping(ClippingWrapper):
         k_in = 0
         if self.canaries is not None:  # canaries join the weighted mean and the cohort before the noise
             w_real = real_weight(ok, getattr(self.strategy, "weighted_by_key", "num-examples"))
-            agg = mix_into_weighted_mean(agg, current, w_real, self.canaries.updates(), self.canaries.weights)
+            agg = mix_into_weighted_mean(agg, current, w_real, self.clipped_canary_updates(), self.canaries.weights)
             k_in = self.canaries.num_inserted
-        sigma = compute_stdv(self.noise_multiplier, self.clipping_norm, m + k_in)
-        noise = gaussian_noise_like(list(agg.values()), sigma, self.rng)
-        info["sigma"] = sigma
+        cohort = (m + k_in) * (WRONG_COHORT_FACTOR if self.fault == "wrong-cohort" else 1)
+        sigma = compute_stdv(self.noise_multiplier, self.clipping_norm, cohort)
+        noise = gaussian_noise_like(list(agg.values()), sigma / noise_divisor(self.fault), self.rng)
+        info["sigma"] = sigma  # what the mechanism reports (and the ledger uses)
         if self.canaries is not None:
             total = w_real + float(self.canaries.weights.sum())
             info.update(canaries=k_in, canary_signal_over_sigma=self.canaries.signal_over_sigma(total, sigma))
-        return from_numpy(OrderedDict((k, v + z) for (k, v), z in zip(agg.items(), noise))), metrics
+        released = OrderedDict((k, v + z) for (k, v), z in zip(agg.items(), noise))
+        if self.fault == "clip-after-noise":  # the bug: the round's noised update projected onto the C-ball
+            keys = float_keys(released)
+            params = [released[k] for k in keys]
+            clip_model_update(params, [current[k] for k in keys], self.clipping_norm)
+            released.update(zip(keys, params))
+        return from_numpy(released), metrics

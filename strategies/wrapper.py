@@ -11,6 +11,7 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 
+from privacy.faults import FAULTS_BY_STUDY, check_fault
 from strategies.cohorts import PlanChecked
 
 if TYPE_CHECKING:
@@ -58,21 +59,37 @@ class ClippingWrapper(StrategyWrapper):
 
     Holds the validated parameters, the noise generator (privacy.randomness) and ``rounds``,
     the per-round record (cohort size m, rejections, update norms, sigma) each subclass fills.
+
+    Audit canaries (strategies.canaries.WeightedCanaries) are cohort members: their updates pass
+    through the same clip and noise as the real clients' (issue 37: canaries above C test the clip).
+
+    Broken variants (issue 37, ``fault``; privacy/faults.py, refused unless ``PPFL_ALLOW_DP_FAULTS=1``)
+    change only what the mechanism *does*; what it reports (sigma, the clip counters) stays what the
+    correct mechanism would report, as a real bug would. Each subclass's module doc says how.
     """
 
+    #: the broken variants these wrappers can carry (tests and benchmarks only)
+    FAULTS = FAULTS_BY_STUDY["tabular-pdp"]
+
     def __init__(self, strategy: Strategy, noise_multiplier: float, clipping_norm: float,
-                 rng: np.random.Generator, canaries: "WeightedCanaries | None" = None) -> None:
+                 rng: np.random.Generator, canaries: "WeightedCanaries | None" = None, fault: str = "") -> None:
         super().__init__(strategy)
         if not noise_multiplier >= 0:
             raise ValueError(f"noise_multiplier must be >= 0, got {noise_multiplier}")
         if not clipping_norm > 0:
             raise ValueError(f"clipping_norm must be > 0, got {clipping_norm}")
+        if fault and fault not in self.FAULTS:
+            raise ValueError(f"fault must be '' or one of {self.FAULTS}, got {fault!r}")
+        check_fault(fault)  # refused unless PPFL_ALLOW_DP_FAULTS=1 (never a production default)
         self.noise_multiplier = noise_multiplier
         self.clipping_norm = clipping_norm
         self.rng = rng
-        # Audit canaries (strategies.canaries): extra cohort members, inserted before the noise.
-        if canaries is not None and canaries.canaries.clip_norm > clipping_norm * (1 + 1e-9):
-            raise ValueError(f"canaries at norm {canaries.canaries.clip_norm:g} exceed the clip norm {clipping_norm:g}")
-        self.canaries = canaries
+        self.fault = fault
+        self.canaries = canaries  # audit canaries (strategies.canaries): extra cohort members, before the noise
         self.current_arrays = ArrayRecord()
         self.rounds: dict[int, dict] = {}
+
+    @property
+    def clips_before_noise(self) -> bool:
+        """False under the skip-clip and clip-after-noise bugs: members' updates enter unclipped."""
+        return self.fault not in ("skip-clip", "clip-after-noise")

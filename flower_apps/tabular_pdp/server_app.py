@@ -35,6 +35,7 @@ from flower_apps.tabular_pdp.model import build_model
 from flower_apps.tabular_pdp.phases import anonymize_and_harmonize, exchange, phase_config
 from flower_apps.tabular_pdp.strategy import CohortFedAvg
 from flower_apps.tabular_pdp.report import write_anonymization, write_drift, write_run_table
+from privacy.audit.verdict import ALPHA
 from privacy.drift import detect_drift, flatten
 from privacy.mechanisms import global_l2_norm
 from privacy.personalized import aggregate_sigma, gdp_sigma
@@ -115,9 +116,10 @@ def _strategy(setting: str, cfg: TabularPdpConfig, clients: list[int], clip_norm
     if setting == "vanilla":
         strat = base
     elif setting == "gdp":
-        strat = ServerSideFixedClipping(base, cfg.noise_multiplier, clip_norm, rng, canaries)
-    else:
-        strat = PersonalizedServerSideClipping(base, cfg.noise_multiplier, clip_norm, risks, rng, canaries)
+        strat = ServerSideFixedClipping(base, cfg.noise_multiplier, clip_norm, rng, canaries, fault=cfg.dp_fault)
+    else:  # a dp-fault (tests only, privacy/faults.py) breaks the mechanism itself, in both settings
+        strat = PersonalizedServerSideClipping(base, cfg.noise_multiplier, clip_norm, risks, rng, canaries,
+                                               fault=cfg.dp_fault)
     if cfg.drift_recheck > 0:
         return DriftGuard(strat, base, cfg.drift_recheck, cfg.drift_threshold, cfg.drift_min_ratio), strat, base
     return strat, strat, base
@@ -136,7 +138,8 @@ def run_setting(grid: Grid, cfg: TabularPdpConfig, setting: str, clients: list[i
         from flower_apps.tabular_pdp.audit_report import SettingAudit
 
         audit = SettingAudit(cfg.audit_canaries, cfg.seed, cfg.noise_seed_file, setting, clients, w0, clip_norm,
-                             sizes, risks, cfg.delta, condition=noise_condition(cfg))
+                             sizes, risks, cfg.delta, condition=noise_condition(cfg),
+                             noise_multiplier=cfg.noise_multiplier)
     outer, dp, base = _strategy(setting, cfg, clients, clip_norm, risks, audit.weighted if audit else None)
     set_reply_rules(outer, fit_rules(committed=sizes))  # every layer checks replies against the same rules
     train_config = phase_config(cfg, "fit", levels)
@@ -167,7 +170,9 @@ def run_setting(grid: Grid, cfg: TabularPdpConfig, setting: str, clients: list[i
                "final_rmse": last["test_rmse"], "per_client": {str(c): v for c, v in base.per_client_eval.items()},
                "clients": base.client_ids, "seconds": time.perf_counter() - t0}
     if audit is not None:
-        summary["audit"] = audit.result(dp.rounds)
+        # the run's family-wise alpha, split over its audited settings (flower_apps/tabular_pdp/audit_verdict.py)
+        audited = [s for s in cfg.settings if s != "vanilla"]
+        summary["audit"] = audit.result(dp.rounds, base.contributors, ALPHA / len(audited))
     if setting != "vanilla":
         summary.update(_accounting(setting, cfg, dp, base, clip_norm, sizes))
     if isinstance(outer, DriftGuard):
@@ -301,6 +306,7 @@ def server_main(grid: Grid, cfg: TabularPdpConfig) -> dict:
         "clip_norm_estimate": clip_est, "clip_norm": clip_norm, "clip_mode": cfg.clip_mode,
         "clip_quantile": cfg.clip_quantile, "update_norms_estimation": {str(c): v for c, v in norms.items()},
         "noise_multiplier": cfg.noise_multiplier, "num_rounds": cfg.num_rounds, "local_epochs": cfg.local_epochs,
+        "dp_fault": cfg.dp_fault,  # issue 37: a deliberately broken mechanism (tests only); '' = the mechanism
         "settings": settings, "wall_seconds": time.perf_counter() - t_start,
         **NoiseSource(cfg.noise_seed_file).describe(), **deployment, **errors.summary(),
     }
@@ -308,7 +314,9 @@ def server_main(grid: Grid, cfg: TabularPdpConfig) -> dict:
         write_run_table(summary, out)
     audits = {k: v["audit"] for k, v in settings.items() if "audit" in v}
     if audits:
-        atomic_write_json(out / "audit.json", audits)
+        from flower_apps.tabular_pdp.audit_report import run_audit
+
+        atomic_write_json(out / "audit.json", run_audit(audits, cfg.dp_fault))
     atomic_write_json(out / "summary.json", summary)
     close_run_folder(out)
     return summary
