@@ -6,11 +6,14 @@ and the cohort size m that sizes the noise counts it like any real client. The a
 only the released (noised) models. Three insertion points, one per aggregation shape:
 
 * :class:`CanaryInsertion` wraps a pattern strategy under ``MatchedPerturbation`` (dfl-dp).
-  FL (Algorithm 1): the equal-weight mean runs over the N real clipped models and the K_in canary
-  models w(t) + c_k. Sequential DFL (Algorithm 2): each canary is one more hop at the end of the
-  chain (the token becomes token + c_k), so the round update is clipped with the canaries in it,
-  as a real hop would be. It reports ``num-canaries`` so that ``MatchedPerturbation`` sizes
-  sigma_abs by N + K_in contributors.
+  FL (Algorithm 1): each canary's model w(t) + c_k is a cohort member's reply: it passes through
+  ``MatchedPerturbation``'s per-client clip (the same code as the real replies, handed over by
+  :meth:`CanaryInsertion.clip_members_with`), and the equal-weight mean runs over the N real and
+  the K_in canary clipped models. Sequential DFL (Algorithm 2): each canary is one more hop at the
+  end of the chain (the token becomes token + c_k), so the round update is clipped with the
+  canaries in it, as a real hop would be. It reports ``num-canaries`` so that
+  ``MatchedPerturbation`` sizes sigma_abs by N + K_in contributors. Canaries above C (issue 37:
+  norm_range (2, 10)) test the clip they pass through: a skipped clip lets them in at full norm.
 * :func:`mix_into_weighted_mean` for the size-weighted FedAvg of the tabular DP wrappers
   (``ServerSideFixedClipping``, ``PersonalizedServerSideClipping``): canary k has weight n_k (the
   size of the client it stands for); the result is what FedAvg would return with the canaries
@@ -25,19 +28,21 @@ from __future__ import annotations
 import logging
 import math
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
 from flwr.serverapp import Grid
 
 from privacy.audit.canaries import CanarySet
-from privacy.audit.client_level import float_keys, split_like
+from privacy.audit.client_level import flat_params, float_keys, split_like
 from strategies.base import PatternStrategy
 from strategies.records import from_numpy, to_numpy
 
 log = logging.getLogger(__name__)
 PLACEMENTS = ("cohort-mean", "chain-end")
+#: a DP wrapper's client clip: (round, who, model) -> the clipped model
+MemberClip = Callable[[int, str, "OrderedDict[str, np.ndarray]"], "OrderedDict[str, np.ndarray]"]
 
 
 def canary_sum(canaries: CanarySet, indices: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:
@@ -94,6 +99,25 @@ class CanaryInsertion(PatternStrategy):
         self._inserted = canaries.inserted_indices()
         self._sum = canary_sum(canaries, self._inserted)
         self._current: OrderedDict[str, np.ndarray] | None = None
+        self._clip: MemberClip | None = None
+
+    def clip_members_with(self, clip: MemberClip) -> None:
+        """Pass each canary's model through ``clip(round, who, model)``, the client clip of the DP wrapper
+        (``MatchedPerturbation`` calls this for FL). Without it the canaries enter as they are."""
+        self._clip = clip
+
+    def _clipped_sum(self, server_round: int) -> np.ndarray:
+        """sum_k clip(w(t) + c_k) - w(t) over the inserted canaries (flat, float64): each canary's model is
+        a reply like a real client's, in the model's dtype, through the wrapper's client clip."""
+        assert self._current is not None
+        if self._clip is None:
+            return self._sum
+        cur_flat = flat_params(self._current)
+        total = np.zeros(self.canaries.dim)
+        for k in self._inserted:
+            reply = add_flat(self._current, self.canaries.vectors[k].astype(np.float64))
+            total += flat_params(self._clip(server_round, f"canary-{int(k)}", reply)) - cur_flat
+        return total
 
     def summary(self) -> None:
         log.info("CanaryInsertion(%d of %d canaries, %s) wrapping:", self._inserted.size,
@@ -124,8 +148,8 @@ class CanaryInsertion(PatternStrategy):
             return arrays, metrics
         agg = to_numpy(arrays)
         if self.placement == "cohort-mean":  # k_in members whose updates sum to S: one row S / k_in of weight k_in
-            model = mix_into_weighted_mean(agg, self._current, float(real), (self._sum / k_in)[None, :],
-                                           np.array([float(k_in)]))
+            model = mix_into_weighted_mean(agg, self._current, float(real),
+                                           (self._clipped_sum(server_round) / k_in)[None, :], np.array([float(k_in)]))
         else:
             model = add_flat(agg, self._sum)  # k_in more hops, each adding its canary to the token
         metrics["num-canaries"] = k_in

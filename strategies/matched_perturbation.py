@@ -17,6 +17,14 @@ only *raise* the noise); and every clipping event is recorded.
 
 Threat model: the noise hides each client's update from the other clients and from anyone who
 sees the released models (the server is trusted to add it).
+
+Broken variants (issue 37, ``fault``; privacy/faults.py, refused unless ``PPFL_ALLOW_DP_FAULTS=1``)
+change only what the mechanism *does*; what it reports (``sigma-abs``, the clip counters) stays what
+the correct mechanism would report, as a real bug would: ``noise-div-k`` adds sigma_abs / k;
+``wrong-cohort`` sizes sigma_abs for ``WRONG_COHORT_FACTOR`` x the cohort (and reports it);
+``skip-clip`` leaves every update unclipped while the counters still count norm > C as clipped;
+``clip-after-noise`` adds the noise to the unclipped aggregate and clips the round's update to C
+afterwards.
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
 from flwr.serverapp import Grid
 
+from privacy.faults import FAULTS_BY_STUDY, WRONG_COHORT_FACTOR, check_fault, noise_divisor
 from privacy.mechanisms import calibrate_sigma_abs, clip_by_l2, gaussian_noise_like
 from privacy.randomness import STREAM_MATCHED_PERTURBATION, NoiseSource
 from strategies.base import PatternStrategy
@@ -37,6 +46,9 @@ from strategies.records import client_arrays, client_key, from_numpy, to_numpy
 
 log = logging.getLogger(__name__)
 CLIP_LEVELS = ("client", "aggregate")
+#: the broken variants this mechanism can carry (privacy/faults.py; tests and benchmarks only)
+FAULTS = FAULTS_BY_STUDY["dfl-dp"]
+CANARY_PREFIX = "canary-"  # clip events of audit canaries (strategies.canaries): kept out of the clip counters
 
 
 class MatchedPerturbation(PlanChecked, PatternStrategy):
@@ -50,6 +62,7 @@ class MatchedPerturbation(PlanChecked, PatternStrategy):
     clip_at : "client" (Algorithm 1: every client update) or "aggregate" (Algorithm 2).
     noise : where the noise randomness comes from (default: secure, OS entropy).
     stream : labels mixed into a seeded noise source (e.g. the run seed), so runs differ.
+    fault : '' (the mechanism) or one of :data:`FAULTS` (a deliberately broken one, see the module doc).
     """
 
     def __init__(
@@ -61,9 +74,13 @@ class MatchedPerturbation(PlanChecked, PatternStrategy):
         clip_at: str,
         noise: NoiseSource | None = None,
         stream: tuple[int, ...] = (),
+        fault: str = "",
     ) -> None:
         if clip_at not in CLIP_LEVELS:
             raise ValueError(f"clip_at must be one of {CLIP_LEVELS}, got {clip_at!r}")
+        if fault and fault not in FAULTS:
+            raise ValueError(f"fault must be '' or one of {FAULTS}, got {fault!r}")
+        check_fault(fault)  # refused unless PPFL_ALLOW_DP_FAULTS=1 (never a production default)
         calibrate_sigma_abs(clip_norm, 1, eps_cal, delta_cal)  # validates the arguments
         self.strategy = strategy
         self.clip_norm = clip_norm
@@ -74,7 +91,11 @@ class MatchedPerturbation(PlanChecked, PatternStrategy):
         self.rng = self.noise.numpy_generator(STREAM_MATCHED_PERTURBATION, *stream)
         self.array_claims = strategy.array_claims
         self._current: OrderedDict[str, np.ndarray] | None = None
+        self.fault = fault
         self.clip_events: list[dict] = []  # one entry per clipped quantity, every round
+        if clip_at == "client" and hasattr(strategy, "clip_members_with"):
+            # Audit canaries are cohort members: their models pass through this same client clip.
+            strategy.clip_members_with(self._clip_model)
 
     def summary(self) -> None:
         log.info("MatchedPerturbation(C=%g, eps_cal=%g, clip at %s) wrapping:", self.clip_norm, self.eps_cal,
@@ -96,6 +117,10 @@ class MatchedPerturbation(PlanChecked, PatternStrategy):
         update = [model[k].astype(np.float64) - self._current[k] for k in keys]
         clipped, norm, was_clipped = clip_by_l2(update, self.clip_norm)
         self.clip_events.append({"round": server_round, "who": who, "norm": norm, "clipped": was_clipped})
+        if self.fault in ("skip-clip", "clip-after-noise"):
+            # The bug: the update goes on unclipped (clip-after-noise clips after the noise instead), while
+            # the event above still says "clipped" whenever norm > C.
+            return OrderedDict((k, model[k]) for k in keys)
         return OrderedDict((k, (self._current[k] + u).astype(self._current[k].dtype)) for k, u in zip(keys, clipped))
 
     def aggregate_train(
@@ -126,11 +151,18 @@ class MatchedPerturbation(PlanChecked, PatternStrategy):
             model = self._clip_model(server_round, "round", model)
         # Audit canaries (strategies.canaries) are cohort members like any client: they size the noise too.
         cohort = contributors + int(metrics.get("num-canaries", 0))
+        if self.fault == "wrong-cohort":
+            cohort *= WRONG_COHORT_FACTOR
         sigma_abs = calibrate_sigma_abs(self.clip_norm, cohort, self.eps_cal, self.delta_cal)
         keys = list(model)
-        noise = gaussian_noise_like([model[k] for k in keys], sigma_abs, self.rng)
+        noise = gaussian_noise_like([model[k] for k in keys], sigma_abs / noise_divisor(self.fault), self.rng)
         noised = OrderedDict((k, (model[k].astype(np.float64) + z).astype(model[k].dtype)) for k, z in zip(keys, noise))
-        events = self.clip_events[n_events_before:]
+        if self.fault == "clip-after-noise":
+            noised = self._clip_after_noise(noised)
+        all_events = self.clip_events[n_events_before:]
+        events = [e for e in all_events if not e["who"].startswith(CANARY_PREFIX)]
+        if len(events) < len(all_events):
+            metrics["canary-clip-count"] = sum(e["clipped"] for e in all_events) - sum(e["clipped"] for e in events)
         metrics["sigma-abs"] = sigma_abs
         metrics["clip-count"] = sum(e["clipped"] for e in events)
         metrics["clip-total"] = len(events)
@@ -138,8 +170,16 @@ class MatchedPerturbation(PlanChecked, PatternStrategy):
         metrics["update-norm-mean"] = float(np.mean([e["norm"] for e in events])) if events else 0.0
         return from_numpy(noised), metrics
 
+    def _clip_after_noise(self, noised: OrderedDict[str, np.ndarray]) -> OrderedDict[str, np.ndarray]:
+        """The clip-after-noise bug: the round's noised update projected onto the C-ball (no event recorded)."""
+        assert self._current is not None
+        keys = list(noised)
+        update = [noised[k].astype(np.float64) - self._current[k] for k in keys]
+        clipped, _, _ = clip_by_l2(update, self.clip_norm)
+        return OrderedDict((k, (self._current[k] + u).astype(noised[k].dtype)) for k, u in zip(keys, clipped))
+
     def clip_summary(self) -> dict:
         """Clipping over the whole run: frequency (%) and what was clipped."""
-        ev = self.clip_events
+        ev = [e for e in self.clip_events if not e["who"].startswith(CANARY_PREFIX)]
         return {"clip_frequency_pct": 100.0 * float(np.mean([e["clipped"] for e in ev])) if ev else 0.0,
                 "clip_unit": "client updates" if self.clip_at == "client" else "rounds"}

@@ -41,12 +41,14 @@ def build_strategy(
     noise: NoiseSource | None = None,
     stream: tuple[int, ...] = (),
     canaries: CanarySet | None = None,
+    fault: str = "",
 ) -> PatternStrategy:
     """Build a framework's strategy, wrapped in matched perturbation when ``dp``.
 
     ``noise`` is where the DP noise comes from (default: secure, OS entropy); ``stream`` labels
     (e.g. the run seed) are mixed into a seeded source so that different runs differ.
     ``canaries`` (an audit, dp only): the inserted ones join every round's cohort before the noise.
+    ``fault`` (issue 37, tests only): a broken matched perturbation (strategies.matched_perturbation).
     """
     if framework not in FRAMEWORKS:
         raise ValueError(f"unknown framework {framework!r}; allowed: {sorted(FRAMEWORKS)}")
@@ -54,6 +56,8 @@ def build_strategy(
     inner = builder(client_ids, action, clients_per_message)
     if canaries is not None and not dp:
         raise ValueError("canaries audit a DP mechanism: they need dp=True")
+    if fault and not dp:
+        raise ValueError(f"fault {fault!r} breaks a DP mechanism: it needs dp=True")
     if not dp:
         return inner
     if clip_norm is None or eps_cal is None:
@@ -62,4 +66,4 @@ def build_strategy(
         if canaries.clip_norm > clip_norm:
             raise ValueError(f"canaries at norm {canaries.clip_norm:g} exceed the clip norm {clip_norm:g}")
         inner = CanaryInsertion(inner, canaries, CANARY_PLACEMENT[clip_at])
-    return MatchedPerturbation(inner, clip_norm, eps_cal, delta_cal, clip_at, noise, stream)
+    return MatchedPerturbation(inner, clip_norm, eps_cal, delta_cal, clip_at, noise, stream, fault)

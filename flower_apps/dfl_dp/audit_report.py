@@ -11,6 +11,15 @@ released models (privacy.audit.client_level). Formal epsilons beside the audited
   This is the number the audit is commensurate with: an audited value above it is a bug.
 * ``eps_formal_study``: the study's own accounting (replace-one, 2C/N or 2C; privacy.accounting,
   exact GDP), for the reader's orientation.
+
+The verdict (issue 37, privacy.audit.verdict) never takes the mechanism's word: its reference is the
+configuration alone. Per release the configured SD is ``calibrate_sigma_abs(C, N + K_in, eps_cal,
+delta_cal)`` (the planned cohort plus the inserted canaries, the same in both frameworks: matched
+perturbation); a canary's signal is C / (N + K_in) in FL (it is clipped to C like a client, then
+averaged) and C in sequential DFL (one hop; the round's projection onto the C-ball is 1-Lipschitz),
+so ``mu_formal = sqrt(releases) x signal / configured SD`` and ``eps_formal_configured`` its epsilon
+at delta-total. The reported sigma, the noise measured along the held-out canaries, the fitted
+separation and the lower bound are tested against them (``verdict`` in audit.json).
 """
 
 from __future__ import annotations
@@ -19,35 +28,107 @@ import math
 from pathlib import Path
 
 import numpy as np
+from scipy import stats
 
 from flower_apps.common.results import atomic_write_json, read_json
 from flower_apps.common.tables import write_table
 from privacy.audit import CanarySet, ReleaseObserver, estimate, formal_add_remove_epsilon
-from privacy.audit.stats import format_eps
+from privacy.audit.stats import format_eps, gdp_epsilon, max_certifiable_epsilon
+from privacy.audit.verdict import (ALPHA, POWER, bound_test, decide, noise_test, reported_sigma_test,
+                                   separation_test)
+from privacy.mechanisms import calibrate_sigma_abs
 
 CONFIDENCE = 0.95
 
 
-def audit_result(framework: str, clip_norm: float, delta: float, canaries: CanarySet, observer: ReleaseObserver,
-                 rounds: dict[int, dict], rng: np.random.Generator, eps_formal_study: float | None) -> dict:
-    """The run's audit: both threat models, and the formal epsilons to compare with.
+def configured_reference(cfg, canaries: CanarySet, releases: int) -> dict:
+    """What the noise and the canaries' separation must be, from the configured knobs alone (see module doc)."""
+    k_in = int(canaries.inserted.sum())
+    sigma = calibrate_sigma_abs(cfg.clip_norm, cfg.num_clients + k_in, cfg.eps_cal, cfg.delta_cal)
+    signal = cfg.clip_norm / (cfg.num_clients + k_in) if cfg.framework == "fl" else cfg.clip_norm
+    mu = math.sqrt(releases) * signal / sigma
+    return {"sigma_abs": sigma, "cohort": cfg.num_clients + k_in, "canary_signal": signal, "releases": releases,
+            "mu_formal": mu, "eps_formal": gdp_epsilon(mu, cfg.delta_total)}
+
+
+def release_norm_test(projections: np.ndarray, expected_sd: list[float], clip_norm: float, dim: int,
+                      alpha: float) -> dict:
+    """Is a release's update longer than the clip allows (one-sided, upper tail)?
+
+    Under the mechanism a release is u + z with ||u|| <= C (FL: a mean of clipped updates; sequential
+    DFL: the clipped round update) and z ~ N(0, sigma^2 I). A held-out canary's unit direction v is
+    independent of u, so <u + z, v> has variance sigma^2 + ||u||^2 / d <= sigma^2 + C^2 / d, and the sum
+    of squared projections over that bound is at most chi^2_n. An unclipped update (a skipped clip)
+    adds its energy along every direction: the test fires when the sum is significantly *larger*.
+    It complements privacy.audit.verdict.noise_test (the lower tail); its reference bug is twice the
+    allowed energy per coordinate.
+    """
+    p = np.asarray(projections, dtype=np.float64)
+    sd = np.asarray(expected_sd, dtype=np.float64)
+    if p.ndim != 2 or p.shape[0] != sd.size or p.size == 0:
+        raise ValueError(f"projections must be (releases, K_out) with one SD per release, got {p.shape}, {sd.shape}")
+    if not clip_norm > 0 or dim < 1:
+        raise ValueError(f"need clip_norm > 0 and dim >= 1, got {clip_norm}, {dim}")
+    bound = np.sqrt(sd ** 2 + clip_norm ** 2 / dim)
+    n = p.size
+    stat = float(np.sum((p / bound[:, None]) ** 2))
+    p_value = float(stats.chi2.sf(stat, n))
+    power = float(stats.chi2.sf(stats.chi2.isf(alpha, n) / 2, n))  # the energy twice the allowed one
+    return {"test": "release-norm", "fired": p_value < alpha, "powered": power >= POWER, "alpha": alpha,
+            "p_value": p_value, "measured_over_allowed": math.sqrt(stat / n), "n": n,
+            "power_at_twice_the_energy": power}
+
+
+def dfl_dp_verdict(scores_in: np.ndarray, scores_out: np.ndarray, projections_out: np.ndarray,
+                   configured_sd: list[float], reported_sd: list[float], mu_formal: float, eps_formal: float,
+                   clip_norm: float, dim: int, delta: float, rng: np.random.Generator) -> dict:
+    """privacy.audit.verdict.client_level_verdict's tests plus :func:`release_norm_test`, ALPHA split four ways.
+
+    The release-norm test is what catches a skipped clip in sequential DFL, where the formal mu is so
+    large (one hop's C against sigma_abs sized for the FL mean) that the separation test cannot.
+    """
+    a = ALPHA / 4
+    return decide([reported_sigma_test(reported_sd, configured_sd),
+                   noise_test(projections_out, configured_sd, a),
+                   release_norm_test(projections_out, configured_sd, clip_norm, dim, a),
+                   separation_test(scores_in, scores_out, mu_formal, a),
+                   bound_test(scores_in, scores_out, eps_formal, delta, a, rng)])
+
+
+def audit_result(cfg, canaries: CanarySet, observer: ReleaseObserver, rounds: dict[int, dict],
+                 rng: np.random.Generator, eps_formal_study: float | None) -> dict:
+    """The run's audit (``cfg``: the run's DflDpConfig): both threat models, the formal epsilons, the verdict.
 
     ``rounds``: per round the metrics of the released model (``sigma-abs``, ``num-contributors``,
     ``num-canaries``); a round without a release contributes nothing.
     """
-    ratios = []
+    framework, clip_norm, delta = cfg.framework, cfg.clip_norm, cfg.delta_total
+    ratios, reported = [], []
     for r in sorted(rounds):
         m = rounds[r]
         if "sigma-abs" not in m:
             continue
+        reported.append(float(m["sigma-abs"]))
         cohort = int(m["num-contributors"]) + int(m.get("num-canaries", 0))
         signal = clip_norm / cohort if framework == "fl" else clip_norm
         ratios.append(math.inf if m["sigma-abs"] == 0 else signal / float(m["sigma-abs"]))
+    if len(reported) != observer.rounds:
+        raise RuntimeError(f"{observer.rounds} released models observed but {len(reported)} rounds report sigma")
     formal = math.inf if any(math.isinf(x) for x in ratios) else formal_add_remove_epsilon(ratios, delta)
-    est = estimate(canaries, observer.scores(), delta, CONFIDENCE, rng)
+    scores = observer.scores()
+    est = estimate(canaries, scores, delta, CONFIDENCE, rng)
+    threat_models = {tm: v["-1"] for tm, v in est.items()}
+    for v in threat_models.values():  # the most the lower bound can say with these canaries (issue 37)
+        v["max_certifiable_epsilon"] = max_certifiable_epsilon(v["n_in_eval"], v["n_out_eval"], delta, CONFIDENCE)
+    ref = configured_reference(cfg, canaries, observer.rounds)
+    s = scores["all-iterates"]
+    verdict = dfl_dp_verdict(s[canaries.inserted], s[~canaries.inserted], observer.held_out_projections(),
+                             [ref["sigma_abs"]] * observer.rounds, reported, ref["mu_formal"], ref["eps_formal"],
+                             clip_norm, canaries.dim, delta, rng)
     return {"framework": framework, "delta": delta, "confidence": CONFIDENCE, "canaries": canaries.describe(),
-            "released_rounds": observer.rounds, "eps_formal_add_remove": formal, "eps_formal_study": eps_formal_study,
-            "threat_models": {tm: v["-1"] for tm, v in est.items()}}
+            "dp_fault": cfg.dp_fault or None, "released_rounds": observer.rounds, "eps_formal_add_remove": formal,
+            "eps_formal_study": eps_formal_study, "configured": ref, "threat_models": threat_models,
+            "verdict": verdict["verdict"], "verdict_detail": verdict}
 
 
 def write_audit(out: Path, result: dict) -> None:
@@ -72,7 +153,10 @@ def audit_rows(results_dir: str | Path) -> list[dict]:
                      "all-iterates: point estimate": format_eps(ai["eps_point"]),
                      "final model: lower bound (95%)": format_eps(fm["eps_lower"]),
                      "final model: point estimate": format_eps(fm["eps_point"]),
-                     "final acc": f"{s['final_acc']:.4f}"})
+                     "final acc": f"{s['final_acc']:.4f}",
+                     # runs audited before issue 37 have no verdict
+                     "verdict": a.get("verdict", "n/a") + (f" ({', '.join(a['verdict_detail']['fired'])})"
+                                                           if a.get("verdict") == "violation" else "")})
     return rows
 
 
@@ -85,4 +169,5 @@ def write_audit_table(results_dir: str | Path) -> str:
                        "Empirical privacy audit: formal vs audited client-level epsilon",
                        "delta = delta-total. Lower bound: Clopper-Pearson at 95% confidence (half split); point "
                        "estimate: Andrew et al. (2024) Gaussian fit, no guarantee. An audited value above the "
-                       "add/remove formal epsilon is a bug. See docs/audit.md.")
+                       "add/remove formal epsilon is a bug. Verdict: privacy.audit.verdict against the "
+                       "configured sigma and mu (violation: the tests that fired). See docs/audit.md.")

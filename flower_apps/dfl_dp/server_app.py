@@ -92,12 +92,14 @@ def server_main(grid: Grid, cfg: DflDpConfig) -> dict:
         # The auditor's own randomness (OS entropy, or the local seed file on another stream than the noise).
         audit_rng = auditor_generator(cfg.noise_seed_file, cfg.seed, condition=noise_condition(cfg))
         w0 = flat_params(to_numpy(initial))
-        canaries = make_canaries(cfg.audit_canaries, w0.size, cfg.clip_norm, audit_rng)
+        # Norms C x U(2, 10): above the clip norm, so that they test the clip they pass through (issue 37).
+        canaries = make_canaries(cfg.audit_canaries, w0.size, cfg.clip_norm, audit_rng, norm_range=CANARY_NORM_RANGE)
         auditor = ReleaseObserver(canaries, w0)  # sees the released models only
     strategy = build_strategy(
         cfg.framework, client_ids, ACTION, cfg.clients_per_message, dp=cfg.dp,
         clip_norm=cfg.clip_norm, eps_cal=cfg.eps_cal, delta_cal=cfg.delta_cal,
         noise=NoiseSource(cfg.noise_seed_file, noise_condition(cfg)), stream=(cfg.seed,), canaries=canaries,
+        fault=cfg.dp_fault,
     )
     # Every reply is validated before it touches a model (strategies.reply_rules): a logical client
     # reports at most every training example once per local epoch; captured victim gradients are side arrays.
@@ -171,17 +173,17 @@ def server_main(grid: Grid, cfg: DflDpConfig) -> dict:
                       cfg.delta_cal, cfg.delta_total)
         summary["accounting"] = asdict(row)
         summary["sigma_abs_nominal"] = row.sigma_abs
+        summary["dp_fault"] = cfg.dp_fault or None  # issue 37: a deliberately broken mechanism says so
     if auditor is not None:
         from flower_apps.dfl_dp.audit_report import audit_result, write_audit
 
-        audit = audit_result(cfg.framework, cfg.clip_norm, cfg.delta_total, canaries, auditor,
-                             {r: dict(m) for r, m in last_metrics.items()}, audit_rng,
+        audit = audit_result(cfg, canaries, auditor, {r: dict(m) for r, m in last_metrics.items()}, audit_rng,
                              # the study's ledger for the cohort the noise was sized by (N + inserted canaries)
                              account(cfg.framework, cfg.clip_norm, cfg.eps_cal,
                                      cfg.num_clients + int(canaries.inserted.sum()), cfg.num_rounds,
                                      cfg.delta_cal, cfg.delta_total).eps_gdp_exact)
         write_audit(out, audit)
-        summary["audit"] = {"eps_formal_add_remove": audit["eps_formal_add_remove"],
+        summary["audit"] = {"eps_formal_add_remove": audit["eps_formal_add_remove"], "verdict": audit["verdict"],
                             **{tm: {k: v[k] for k in ("eps_lower", "eps_point")}
                                for tm, v in audit["threat_models"].items()}}
     atomic_write_json(out / "summary.json", summary)
@@ -189,6 +191,8 @@ def server_main(grid: Grid, cfg: DflDpConfig) -> dict:
     return summary
 
 
+#: audit canaries' norms as multiples of C (privacy.audit.canaries.make_canaries): above C, to test the clip
+CANARY_NORM_RANGE = (2.0, 10.0)
 #: The metrics of a train reply (client_app.train), and no others.
 TRAIN_METRIC_KEYS = frozenset({"num-examples", "train-loss", "client-ids", "train-seconds", "cuda"})
 

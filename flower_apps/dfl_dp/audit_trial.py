@@ -1,0 +1,94 @@
+"""One audited dfl-dp run in-process, for the audit's tests and ``benchmarks/audit_detection.py`` (issue 37).
+
+A trial is a real run through Flower's simulation path (ServerApp, ClientApps, ``MatchedPerturbation``
+with its canaries and, when asked, a broken mechanism from privacy/faults.py) in a temporary
+results folder; it returns the run's ``audit.json`` with its verdict. The DP noise and the canaries
+come from a local seed file derived from ``seed`` (``noise-seed-file``), so a trial repeats bit for
+bit. A fault needs ``PPFL_ALLOW_DP_FAULTS=1`` in the environment (the caller sets it; this module
+never does).
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from flower_apps.common.results import read_json
+
+#: canaries of a trial unless overridden: at the smoke preset (N = 10, T = 2) the held-out half gives
+#: 2 x 20 noise projections (the measured-noise test has power >= 0.8 against half the noise) and the
+#: fitted separation tells a skipped clip (canaries at 2C-10C) from the formal mu (tests/dfl_dp)
+TRIAL_CANARIES = 40
+
+
+def _run_keys(fault: str, seed: int, preset: str, framework: str, results_dir: Path, seed_file: Path | None,
+              overrides: dict[str, Any]) -> dict[str, Any]:
+    keys = {"study": "dfl-dp", "preset": preset, "framework": framework, "dp": True, "seed": seed,
+            "audit-canaries": TRIAL_CANARIES, "results-dir": str(results_dir)}
+    if fault:
+        keys["dp-fault"] = fault
+    if seed_file is not None:
+        keys["noise-seed-file"] = str(seed_file)
+    keys.update({k.replace("_", "-"): v for k, v in overrides.items()})
+    return keys
+
+
+def audit_trials(trials: list[tuple], preset: str = "smoke", framework: str = "fl",
+                 seeded: bool = True, **overrides: Any) -> list[dict]:
+    """Several trials in ONE simulation (one Ray start-up); their audit.json dicts, in order.
+
+    ``trials``: ``(fault, seed)`` or ``(fault, seed, framework)`` (default ``framework``); fault '' is
+    the correct mechanism. ``overrides``: run keys (kebab-case, or snake_case turned into kebab-case),
+    e.g. ``num_rounds=2`` or ``**{"audit-canaries": 200}``. ``seeded`` (default): noise and canaries
+    from a seed file made from the seed, else OS entropy. Each result gets ``trial``: fault, seed,
+    framework, run name, final accuracy and ``wall_seconds`` (from the previous trial's end; the
+    first trial's includes Ray's start-up, see ``wall_seconds_excludes_startup``).
+    """
+    from flower_apps.dfl_dp.server_app import run_dir, server_main
+    from flower_apps.router import prepare
+    from flower_apps.runner import run_many_in_process
+
+    if not trials:
+        raise ValueError("audit_trials needs at least one (fault, seed)")
+    with tempfile.TemporaryDirectory(prefix="dfl-dp-audit-trial-") as tmp:
+        root = Path(tmp)
+        configs = []
+        trials = [(t[0], int(t[1]), t[2] if len(t) > 2 else framework) for t in trials]
+        for fault, seed, fw in trials:
+            seed_file = None
+            if seeded:
+                seed_file = root / f"noise-{seed}.seed"
+                seed_file.write_text(f"dfl-dp audit trial, seed {seed}\n")
+            configs.append(prepare(_run_keys(fault, seed, preset, fw, root, seed_file, overrides))[1])
+        if len({c.default_run_name if not c.run_name else c.run_name for c in configs}) != len(configs):
+            raise ValueError(f"two trials would share a run folder: {trials}")
+        walls: dict[str, float] = {}
+        started = [time.perf_counter()]
+
+        def done(cfg, _summary: dict) -> None:
+            now = time.perf_counter()
+            walls[str(run_dir(cfg))] = now - started[0]
+            started[0] = now
+
+        num_nodes = max(1, -(-configs[0].num_clients // configs[0].clients_per_message))
+        run_many_in_process(configs, server_main, num_supernodes=num_nodes, on_done=done)
+        out = []
+        for i, ((fault, seed, fw), cfg) in enumerate(zip(trials, configs)):
+            folder = run_dir(cfg)
+            audit = read_json(folder / "audit.json")
+            audit["trial"] = {"fault": fault, "seed": seed, "preset": preset, "framework": fw,
+                              "run": folder.name, "wall_seconds": walls.get(str(folder)),
+                              "wall_seconds_excludes_startup": i > 0,
+                              "final_acc": read_json(folder / "summary.json")["final_acc"]}
+            out.append(audit)
+        return out
+
+
+def audit_trial(fault: str, seed: int, preset: str = "smoke", framework: str = "fl", **overrides: Any) -> dict:
+    """One audited run (``fault`` '' = the correct mechanism) through the real code path: its audit.json.
+
+    Its ``wall_seconds`` include Ray's start-up; :func:`audit_trials` runs several in one simulation.
+    """
+    return audit_trials([(fault, seed)], preset, framework, **overrides)[0]
