@@ -211,13 +211,19 @@ class WeightedCanaries:
     def record_noised(self, server_round: int, position: int, noised_update: np.ndarray) -> None:
         """What the trusted server holds of inserted canary ``position`` after its personalized noise (PDP).
 
-        Kept: its components along the held-out canaries' unit directions of the same client group,
-        random directions the mechanism never saw, so pure noise of the member's SD (plus a signal
-        component of order C / sqrt(d), which only adds energy). privacy.audit.verdict.noise_test
-        compares them with the SD the configuration gives a client of that risk.
+        Kept: its components along the held-out canaries' unit directions of the same client group, each
+        made orthogonal to this canary's own direction. The member's update before the noise is a multiple
+        of its canary c_k (clipped or not), so these components are pure noise of the member's SD:
+        privacy.audit.verdict.noise_test compares them with the SD the configuration gives a client of
+        that risk. (A noise added before a clip comes out scaled down with it.)
         """
         g = int(self.groups[position])
-        proj = self.held_out_units(g) @ np.asarray(noised_update, dtype=np.float64)
+        units = self.held_out_units(g)
+        own = self.canaries.vectors[self.index[position]].astype(np.float64)
+        own /= np.linalg.norm(own)
+        x = np.asarray(noised_update, dtype=np.float64)
+        cos = units @ own
+        proj = (units @ x - cos * float(own @ x)) / np.sqrt(1.0 - cos ** 2)
         self.noised_projections.setdefault(g, []).append((int(server_round), proj))
 
     def signal_over_sigma(self, total_weight: float, sigma_release: float) -> dict[int, float]:
