@@ -2,9 +2,9 @@
 
 Unit tests: each fault of ``MatchedPerturbation`` changes what it should and nothing else (fake grid,
 seeded noise, a 9-parameter model). End to end: the smoke preset through Flower's simulation with
-40 audit canaries (the sweep's default of 200 is not needed at smoke scale: 20 held-out canaries
-over 2 releases give the noise tests 40 projections, power > 0.8 against half the noise or twice
-the energy), every fault in FL and in sequential DFL, one simulation for all runs.
+the trial's 100 audit canaries (flower_apps.dfl_dp.audit_trial.TRIAL_CANARIES: 50 held-out canaries
+over 2 releases give the noise tests 100 projections; the sweep's default of 200 is not needed at
+smoke scale), every fault in FL and in sequential DFL, one simulation for all runs.
 """
 
 from __future__ import annotations
@@ -175,7 +175,7 @@ def test_the_correct_mechanism_is_consistent_with_power_at_the_smoke_preset(tria
     assert 0.7 < noise["measured_over_configured"] < 1.3
     ref = audit["configured"]
     k_in = audit["canaries"]["num_inserted"]
-    assert audit["canaries"]["norm_range_over_c"] == [2.0, 10.0] and k_in == 20
+    assert audit["canaries"]["norm_range_over_c"] == [2.0, 10.0] and k_in == 50
     assert ref["sigma_abs"] == pytest.approx(calibrate_sigma_abs(1.0, 10 + k_in, 2.0))
     # the lower bound is kept, with its ceiling
     for tm in audit["threat_models"].values():
