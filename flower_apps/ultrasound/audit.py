@@ -344,3 +344,11 @@ def audit_rows(summaries: list[dict]) -> list[dict]:
             row[f"point: accuracy / Gaussian fit ({view})"] = f"{t['eps_point']:.2g} / {t['eps_gaussian_fit']:.2g}"
         rows.append(row)
     return rows
+
+
+def gradient_hook(cfg, cid: int, server_round: int) -> "gradient_audit.GradientCanaries | None":
+    """On the client: the gradient canaries of this round when ``cid`` is the audited client of a gradient audit."""
+    req = AuditRequest.of(cfg)
+    if req is None or req.kind != "gradient" or req.client != cid or not cfg.dp_sgd:
+        return None
+    return gradient_audit.gradient_canaries(req, server_round, cfg.max_grad_norm)

@@ -116,7 +116,7 @@ def train(msg: Message, context: Context) -> Message:
     lr = lr_at_round(cfg.lr, server_round, cfg.num_rounds)
     canaries, x, y, owners = audit.client_hook(cfg, cid, x, y, owners, data.num_classes)  # us-audit-canaries > 0 only
     loss_received = audit.canary_losses(model, canaries, device) if canaries is not None else None
-    grad_canaries = gradient_audit.gradient_hook(cfg, cid, server_round)  # us-audit-canary='gradient' only
+    grad_canaries = audit.gradient_hook(cfg, cid, server_round)  # us-audit-canary='gradient' only
     stats = train_local(model, x, y, epochs=cfg.local_epochs, batch_size=cfg.batch_size, lr_for_epoch=lambda e: lr,
                         device=device, seed=client_seed(cfg.seed, server_round, cid), proximal_mu=mu,
                         dp=dp, owners=owners, profiles=data.profiles,

@@ -14,15 +14,13 @@ client 0's DP-SGD, which is exactly what the accountant's epsilon covers; it nev
 examples or the noise. Canary coordinates and sampling are the auditor's own draws (from the run seed on
 a stream nothing else uses); the noise is the client's secret source, untouched.
 
-:func:`audit_trial` is one audited client training (client 0 alone, round after round, through the real
-ClientApp handler and optimizer) for ``benchmarks/audit_detection.py``.
+:func:`flower_apps.ultrasound.audit_trial.audit_trial` is one audited client training (client 0 alone,
+round after round, through the real ClientApp handler and optimizer) for ``benchmarks/audit_detection.py``.
 """
 
 from __future__ import annotations
 
-import contextlib
 import math
-import time
 
 import numpy as np
 from flwr.app import ConfigRecord
@@ -40,16 +38,6 @@ def gradient_canaries(req, server_round: int, clip_norm: float) -> GradientCanar
     """The audited client's canaries of one round: the server's coin flips, fixed coordinates, the round's sampling."""
     return GradientCanaries(req.included(), clip_norm, np.random.default_rng([_SEED_TAG, req.seed, _COORDS]),
                             np.random.default_rng([_SEED_TAG, req.seed, _STEPS, int(server_round)]))
-
-
-def gradient_hook(cfg, cid: int, server_round: int) -> GradientCanaries | None:
-    """On the client: the gradient canaries of this round when ``cid`` is the audited client of a gradient audit."""
-    from flower_apps.ultrasound.audit import AuditRequest
-
-    req = AuditRequest.of(cfg)
-    if req is None or req.kind != "gradient" or req.client != cid or not cfg.dp_sgd:
-        return None
-    return gradient_canaries(req, server_round, cfg.max_grad_norm)
 
 
 def gradient_record(gc: GradientCanaries, accountant_steps: int) -> ConfigRecord:
@@ -109,65 +97,6 @@ def run_gradient_audit(req, records: list[dict], cfg) -> dict:
             "eps_formal_rdp": eps_formal, **res,
             "threat_models": {"all-iterates": {**one_run, "scores": res["scores_all_steps"]}},
             "included_bits": [int(b) for b in included]}
-
-
-@contextlib.contextmanager
-def _task_identity():
-    """Flower's Message needs a task identity, which a simulation or SuperNode sets; outside one, a dummy (restored)."""
-    from flwr.supercore.task_identity import TaskIdentity
-
-    old = (TaskIdentity._task_id, TaskIdentity._run_id, TaskIdentity._node_id)
-    if None in old:
-        TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, 1, 0
-    try:
-        yield
-    finally:
-        TaskIdentity._task_id, TaskIdentity._run_id, TaskIdentity._node_id = old
-
-
-def audit_trial(fault: str, seed: int, preset: str = "smoke", **overrides) -> dict:
-    """One audited client training: client 0 alone for the preset's rounds, each round starting from its
-    own last release, through the real ClientApp handler and DP optimizer; the gradient audit's dict.
-
-    ``fault``: '' (the correct mechanism) or a fault of privacy/faults.py (needs ``PPFL_ALLOW_DP_FAULTS=1``);
-    ``overrides``: run keys with '_' for '-' (``num_rounds=3``, ``us_audit_canaries=64``). The dict gets
-    ``wall_seconds`` (the whole trial, model and data set-up included).
-    """
-    from flwr.app import Context, RecordDict
-
-    from flower_apps.common.torch_utils import state_to_record
-    from flower_apps.router import prepare
-    from flower_apps.ultrasound import audit, client_app
-    from flower_apps.ultrasound.config import ACTION
-    from flower_apps.ultrasound.data import build_data, data_key
-    from flower_apps.ultrasound.models import create_model
-    from strategies.cohorts import build_train_messages
-
-    t0 = time.perf_counter()
-    keys = {"study": "ultrasound", "preset": preset, "us-dp-sgd": True, "us-audit-canary": "gradient",
-            "us-audit-canaries": DEFAULT_GRADIENT_CANARIES, "dp-fault": fault, "seed": seed,
-            **{k.replace("_", "-"): v for k, v in overrides.items()}}
-    cfg = prepare(keys)[1]
-    req = audit.AuditRequest.of(cfg)
-    audit.check_auditable(cfg, req)
-    data = build_data(data_key(cfg))
-    model, _ = create_model(cfg.arch, data.num_classes, cfg.image_size, dp=True, pretrained=cfg.pretrained,
-                            weights_dir=cfg.weights_dir, seed=cfg.seed, dp_finetune=cfg.dp_finetune,
-                            head_init=cfg.head_init)
-    arrays = state_to_record(model)
-    view = audit.AuditGrid(None, req)
-    with _task_identity():
-        for r in range(1, cfg.num_rounds + 1):
-            conf = ConfigRecord({"run-config": cfg.to_json(), "server-round": r})
-            (msg,) = build_train_messages([(1, [req.client])], arrays, conf, ACTION)
-            reply = client_app.train(msg, Context(1, 1, {}, RecordDict(), {}))
-            if reply.has_error():
-                raise RuntimeError(f"audit trial, round {r}: the client failed: {reply.error.reason}")
-            view.take(reply)
-            arrays = reply.content["arrays"]
-    res = run_gradient_audit(req, view.gradient, cfg)
-    res["wall_seconds"] = time.perf_counter() - t0
-    return res
 
 
 def verdict_cells(a: dict) -> dict:

@@ -18,7 +18,7 @@ from torch import nn
 
 from flower_apps.common.results import read_json
 from flower_apps.config import ConfigError
-from flower_apps.ultrasound import gradient_audit
+from flower_apps.ultrasound import audit_trial, gradient_audit
 from flower_apps.ultrasound.study import NOISE_SEED_ENV
 from privacy.dpsgd import GradientCanaries, make_private
 from privacy.faults import ALLOW_ENV
@@ -128,7 +128,7 @@ def test_the_gradient_kind_needs_dp_sgd_with_noise_and_a_fault_needs_permission(
         prepare({**base, "us-dp-sgd": True, "us-noise-multiplier": 0.0})
     monkeypatch.delenv(ALLOW_ENV, raising=False)
     with pytest.raises(ConfigError, match=f"dp-fault: .*{ALLOW_ENV}=1"):
-        gradient_audit.audit_trial("dpsgd-noise-div-10", 0)
+        audit_trial.audit_trial("dpsgd-noise-div-10", 0)
     cfg = prepare({**base, "us-dp-sgd": True})[1]
     assert cfg.default_run_name.endswith("_audit-gradient-m64")
 
@@ -156,7 +156,7 @@ def test_a_hostile_gradient_record_is_refused_before_any_arithmetic():
 @pytest.mark.parametrize("fault", FAULTS, ids=["correct", "div-2", "div-10"])
 def test_audit_trial_at_the_smoke_preset(seeded, fault):
     # one audited client training through the real ClientApp handler and optimizer (the benchmark's unit)
-    res = gradient_audit.audit_trial(fault, 0, us_noise_mode="seeded")
+    res = audit_trial.audit_trial(fault, 0, us_noise_mode="seeded")
     assert res["verdict"] == EXPECTED[fault] and res["dp_fault"] == (fault or None)
     assert res["noise_multiplier_configured"] == 2.0 and res["steps_observed"] >= 2
     k = {"": 1.0, "dpsgd-noise-div-2": 2.0, "dpsgd-noise-div-10": 10.0}[fault]
