@@ -1,7 +1,8 @@
 """Canary clients inside the trusted aggregation, for the client-level audit (privacy/audit/).
 
 A canary is an extra member of the cohort whose update is the auditor's canary vector
-(privacy.audit.canaries: norm <= C, so clipping leaves it unchanged). It enters BEFORE the noise,
+(privacy.audit.canaries: the studies draw norms of 2C-10C, issue 37, so that the clip each canary
+passes through, the same code as a real client's, decides its signal). It enters BEFORE the noise,
 and the cohort size m that sizes the noise counts it like any real client. The auditor then sees
 only the released (noised) models. Three insertion points, one per aggregation shape:
 
