@@ -143,6 +143,14 @@ def audit_overhead() -> list[dict]:
     return fn(quick=True) if fn else [skipped_row("audit-overhead", why)]
 
 
+@BENCHMARKS.decorator("audit-detection")
+def audit_detection() -> list[dict]:
+    """How often the audit flags each broken DP mechanism (dfl-dp FL, smoke, 2 seeds; the full benchmark:
+    python -m benchmarks.audit_detection). Targets on the value: detection >= 0.95, false positives <= 0.05."""
+    fn, why = _harness("audit_detection")
+    return _target_read_from_met(fn(quick=True)) if fn else [skipped_row("audit-detection", why)]
+
+
 def run_all(names: list[str], benchmarks: dict[str, Callable[[], list[dict]]] | None = None,
             log=print) -> tuple[list[dict], bool]:
     """Run ``names`` in order; (rows with a ``benchmark`` field, whether every one ran)."""

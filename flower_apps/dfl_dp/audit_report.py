@@ -88,9 +88,12 @@ def dfl_dp_verdict(scores_in: np.ndarray, scores_out: np.ndarray, projections_ou
     large (one hop's C against sigma_abs sized for the FL mean) that the separation test cannot.
     """
     a = ALPHA / 4
+    # the energy a release may carry: a round that reports more noise than configured (fewer contributors
+    # to its mean) may carry more; a reported sigma below the configured one is the reported-sigma test's
+    allowed_sd = [max(c, r) for c, r in zip(configured_sd, reported_sd)]
     return decide([reported_sigma_test(reported_sd, configured_sd),
                    noise_test(projections_out, configured_sd, a),
-                   release_norm_test(projections_out, configured_sd, clip_norm, dim, a),
+                   release_norm_test(projections_out, allowed_sd, clip_norm, dim, a),
                    separation_test(scores_in, scores_out, mu_formal, a),
                    bound_test(scores_in, scores_out, eps_formal, delta, a, rng)])
 

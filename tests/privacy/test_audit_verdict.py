@@ -72,6 +72,9 @@ def test_reported_sigma_must_be_the_configured_one():
     assert not reported_sigma_test([0.1, 0.1], [0.1, 0.1])["fired"]
     got = reported_sigma_test([0.1, 0.01], [0.1, 0.1])
     assert got["fired"] and got["worst_release"] == 1 and got["ratio"] == pytest.approx(0.1)
+    # more noise than configured (a round whose mean had fewer clients) never is a violation, but it is recorded
+    above = reported_sigma_test([0.1, 0.2], [0.1, 0.1])
+    assert not above["fired"] and above["above"] == 1
 
 
 def test_noise_test_fires_on_small_noise_and_knows_its_power():
