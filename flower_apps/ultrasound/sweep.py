@@ -25,6 +25,7 @@ from flower_apps.common.sweep import (add_data_args, parse_set, run_keys, run_pe
 from flower_apps.config import ConfigError
 from flower_apps.studies import STUDIES
 from flower_apps.ultrasound import audit
+from flower_apps.ultrasound.gradient_audit import DEFAULT_GRADIENT_CANARIES
 from flower_apps.ultrasound.config import ALGORITHMS, MODES, UltrasoundConfig
 from flower_apps.ultrasound.study import NOISE_SEED_ENV
 from flower_apps.ultrasound.report import write_report
@@ -152,11 +153,24 @@ def build_configs(args: argparse.Namespace) -> list[UltrasoundConfig]:
     for run in run_specs(grid, args):
         cfg = spec.build_config(run_keys(knobs, run))
         if args.audit and cfg.mode == "federated":  # --audit only sets the run keys (flower_apps/ultrasound/audit.py)
-            cfg = spec.build_config(run_keys(knobs, {**run, "us-audit-canaries": args.audit,
-                                                     "us-audit-canary": args.audit_canary}))
+            kind, m = audit_choice(args, cfg.dp_sgd)
+            cfg = spec.build_config(run_keys(knobs, {**run, "us-audit-canaries": m, "us-audit-canary": kind}))
             audit.check_auditable(cfg, audit.AuditRequest.of(cfg))  # refused here, before the simulation starts
         configs.append(cfg)
     return unique_runs("ultrasound", configs)
+
+
+def audit_choice(args: argparse.Namespace, dp_sgd: bool) -> tuple[str, int]:
+    """(canary kind, canaries) of ``--audit [M] [--audit-canary KIND]`` for one run.
+
+    Default kind: white-box gradient canaries for DP-SGD runs (the only kind with a verdict that can
+    fire at CPU scale, issue 37), random-pixel images otherwise; default M: the kind's own
+    (gradient 256, input-space 32).
+    """
+    kind = args.audit_canary or ("gradient" if dp_sgd else "random-pixels")
+    if args.audit > 0:
+        return kind, args.audit
+    return kind, DEFAULT_GRADIENT_CANARIES if kind == "gradient" else audit.DEFAULT_CANARIES
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -185,14 +199,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--attacks", action="store_true",
                    help="attack every federated run's final model (MIA with shadow models and offline LiRA; "
                         "DLG / iDLG / InvGrad on single-example and DP-SGD gradients) and write the report card")
-    p.add_argument("--audit", type=int, nargs="?", const=audit.DEFAULT_CANARIES, default=0, metavar="M",
-                   help=f"one-run empirical DP-SGD audit of client {audit.AUDITED_CLIENT} in every federated run, "
-                        f"M canaries (default {audit.DEFAULT_CANARIES}): sets the run key us-audit-canaries; "
-                        "audited runs get their own folders")
-    p.add_argument("--audit-canary", choices=audit.CANARY_KINDS, default="random-pixels",
-                   help="input-space canaries: random-pixel images with random labels, or mislabelled client images; "
-                        "or gradient: white-box Dirac gradient canaries in client 0's DP-SGD steps, with a verdict "
-                        "(issue 37; DP-SGD runs only, e.g. --audit 256)")
+    p.add_argument("--audit", type=int, nargs="?", const=-1, default=0, metavar="M",
+                   help=f"one-run empirical audit of client {audit.AUDITED_CLIENT} in every federated run, M canaries "
+                        f"(default: {DEFAULT_GRADIENT_CANARIES} gradient canaries, {audit.DEFAULT_CANARIES} input-space "
+                        "ones): sets the run keys us-audit-canaries / us-audit-canary; audited runs get their own folders")
+    p.add_argument("--audit-canary", choices=audit.CANARY_KINDS, default=None,
+                   help="gradient (the default for DP-SGD runs): white-box Dirac gradient canaries in client 0's DP-SGD "
+                        "steps, with a verdict that fires on broken noise (issue 37); random-pixels (the default for "
+                        "non-DP runs) / mislabelled: input-space canaries, lower bound only")
     return p.parse_args(argv)
 
 

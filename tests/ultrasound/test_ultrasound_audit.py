@@ -153,7 +153,7 @@ def test_sweep_audit_runs_the_smoke_pipeline_and_writes_the_numbers(tmp_path):
     from flower_apps.ultrasound.server_app import is_complete, run_dir
 
     args = sweep.parse_args(["--grid", "smoke", "--methods", "fedavg", "--no-ablation", "--rounds", "1",
-                             "--audit", "16", "--results-dir", str(tmp_path)])
+                             "--audit", "16", "--audit-canary", "random-pixels", "--results-dir", str(tmp_path)])
     (cfg,) = [c for c in sweep.build_configs(args) if c.dp_sgd]
     assert (cfg.audit_canaries, cfg.audit_canary) == (16, "random-pixels")
     assert cfg.default_run_name.endswith("_audit-random-pixels-m16")
@@ -172,6 +172,22 @@ def test_sweep_audit_runs_the_smoke_pipeline_and_writes_the_numbers(tmp_path):
     assert (out / "audit.md").is_file() and audit.is_audited(cfg)
     md = write_report(tmp_path)
     assert "eps audited >= (every-update)" in md and "Empirical DP-SGD audit" in md
+
+
+def test_sweep_audit_defaults_to_gradient_canaries_for_dp_sgd_runs(tmp_path):
+    # issue 37: the default --audit of a DP-SGD run is the one whose verdict can fire at CPU scale
+    from flower_apps.ultrasound import sweep
+    from flower_apps.ultrasound.gradient_audit import DEFAULT_GRADIENT_CANARIES
+
+    args = sweep.parse_args(["--grid", "smoke", "--methods", "fedavg", "--no-ablation", "--audit",
+                             "--results-dir", str(tmp_path)])
+    by_dp = {c.dp_sgd: c for c in sweep.build_configs(args) if c.mode == "federated"}
+    assert (by_dp[True].audit_canary, by_dp[True].audit_canaries) == ("gradient", DEFAULT_GRADIENT_CANARIES)
+    assert (by_dp[False].audit_canary, by_dp[False].audit_canaries) == ("random-pixels", audit.DEFAULT_CANARIES)
+    args = sweep.parse_args(["--grid", "smoke", "--methods", "fedavg", "--no-ablation", "--audit", "16",
+                             "--audit-canary", "mislabelled", "--results-dir", str(tmp_path)])
+    assert {(c.audit_canary, c.audit_canaries) for c in sweep.build_configs(args) if c.mode == "federated"} == \
+        {("mislabelled", 16)}
 
 
 def test_cli_refuses_a_bad_audit_before_running(capsys):
