@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -78,6 +79,22 @@ def run_many_in_process(configs: list[Any], server_main: Callable[[Grid, Any], d
                 on_done(cfg, summary)
 
     simulate(app, num_supernodes, num_cpus, num_gpus)
+
+
+def run_many_timed(configs: list[Any], server_main: Callable[[Grid, Any], dict], num_supernodes: int,
+                   run_dir: Callable[[Any], Any]) -> dict[str, float]:
+    """:func:`run_many_in_process`, and each run's wall seconds keyed by ``str(run_dir(cfg))``: from the
+    previous run's end (the first run's include Ray's start-up)."""
+    walls: dict[str, float] = {}
+    started = [time.perf_counter()]
+
+    def done(cfg, _summary: dict) -> None:
+        now = time.perf_counter()
+        walls[str(run_dir(cfg))] = now - started[0]
+        started[0] = now
+
+    run_many_in_process(configs, server_main, num_supernodes=num_supernodes, on_done=done)
+    return walls
 
 
 def _nodes_needed(cfg: Any) -> int:

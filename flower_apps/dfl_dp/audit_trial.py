@@ -11,7 +11,6 @@ never does).
 from __future__ import annotations
 
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +48,7 @@ def audit_trials(trials: list[tuple], preset: str = "smoke", framework: str = "f
     """
     from flower_apps.dfl_dp.server_app import run_dir, server_main
     from flower_apps.router import prepare
-    from flower_apps.runner import run_many_in_process
+    from flower_apps.runner import run_many_timed
 
     if not trials:
         raise ValueError("audit_trials needs at least one (fault, seed)")
@@ -65,16 +64,8 @@ def audit_trials(trials: list[tuple], preset: str = "smoke", framework: str = "f
             configs.append(prepare(_run_keys(fault, seed, preset, fw, root, seed_file, overrides))[1])
         if len({c.default_run_name if not c.run_name else c.run_name for c in configs}) != len(configs):
             raise ValueError(f"two trials would share a run folder: {trials}")
-        walls: dict[str, float] = {}
-        started = [time.perf_counter()]
-
-        def done(cfg, _summary: dict) -> None:
-            now = time.perf_counter()
-            walls[str(run_dir(cfg))] = now - started[0]
-            started[0] = now
-
         num_nodes = max(1, -(-configs[0].num_clients // configs[0].clients_per_message))
-        run_many_in_process(configs, server_main, num_supernodes=num_nodes, on_done=done)
+        walls = run_many_timed(configs, server_main, num_nodes, run_dir)
         out = []
         for i, ((fault, seed, fw), cfg) in enumerate(zip(trials, configs)):
             folder = run_dir(cfg)

@@ -19,7 +19,6 @@ smoke preset's search finds ('2,1,0,0'), which skips the search.
 from __future__ import annotations
 
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +50,7 @@ def audit_trials(trials: list[tuple[str, int]], preset: str = "smoke", seeded: b
     the seed, else OS entropy. Each result gets ``trial``: fault, seed, run name, wall seconds, final MAEs.
     """
     from flower_apps.router import prepare
-    from flower_apps.runner import run_many_in_process
+    from flower_apps.runner import run_many_timed
     from flower_apps.tabular_pdp.server_app import run_dir, server_main
 
     if not trials:
@@ -67,19 +66,11 @@ def audit_trials(trials: list[tuple[str, int]], preset: str = "smoke", seeded: b
             configs.append(prepare(_run_keys(fault, seed, preset, root, seed_file, overrides))[1])
         if len({c.run_name or c.default_run_name for c in configs}) != len(configs):
             raise ValueError(f"two trials would share a run folder: {trials}")
-        walls: dict[str, float] = {}
-        started = [time.perf_counter()]
-
-        def done(cfg, _summary: dict) -> None:
-            now = time.perf_counter()
-            walls[str(run_dir(cfg))] = now - started[0]
-            started[0] = now
-
         # One BLAS thread in this process while the trials run: the mechanisms' level-1 BLAS calls (the norm
         # of a 17k-parameter update, 40 canaries per client) gain nothing from a second thread, and on a
         # loaded 2-core machine each call waited milliseconds for it (measured: 4 ms instead of 3 us).
         with threadpool_limits(limits=1, user_api="blas"):
-            run_many_in_process(configs, server_main, num_supernodes=configs[0].num_clients, on_done=done)
+            walls = run_many_timed(configs, server_main, configs[0].num_clients, run_dir)
         out = []
         for (fault, seed), cfg in zip(trials, configs):
             folder = run_dir(cfg)
