@@ -11,7 +11,15 @@ through Flower's simulation (``flower_apps/<study>/audit_trial.py``: ServerApp, 
 mechanism with its canaries, the broken mechanism of ``privacy/faults.py`` when asked), ultrasound
 through the real ClientApp handler and Opacus optimizer with white-box gradient canaries
 (``flower_apps/ultrasound/audit_trial.py``). Each trial's noise and canaries come from a seed file
-made from its seed, so a trial repeats bit for bit. Nothing is replayed: every seed retrains.
+made from its seed, so a trial repeats bit for bit.
+
+dfl-dp at the reduced preset (N = 100, T = 20: ~2 min per run) is *replayed* by default, as issue 37
+allows: per seed the correct mechanism trains once (a real run, its own trial) with its client replies
+recorded, and each fault reruns the real ``server_main`` (strategy stack, fault, canaries through the
+clip, auditor) on those recorded client updates (``flower_apps/common/replay.py``; the replay of the
+correct mechanism reproduces the recorded audit bit for bit, tests/flower_apps/test_replay.py).
+``--replay none`` retrains every trial; ``--replay all`` replays at the smoke preset too. Every log row
+says which (``mode``: retrain / replay).
 
 A fault counts as detected when the run's verdict is ``violation``; a correct run (fault '') counts as
 a false positive when its verdict is ``violation``. ``underpowered`` counts as not detected (and is
@@ -63,9 +71,10 @@ def faults_of(study: str) -> list[str]:
 
 # --- trials ---------------------------------------------------------------------------------------
 
-def _trial_row(study: str, preset: str, unit: str, fault: str, seed: int, audit: dict, wall: float | None) -> dict:
-    """One log line: what ran, the verdict and the tests that fired or lacked power."""
-    return {"study": study, "preset": preset, "unit": unit, "fault": fault, "seed": seed,
+def _trial_row(study: str, preset: str, unit: str, fault: str, seed: int, audit: dict, wall: float | None,
+               mode: str = "retrain") -> dict:
+    """One log line: what ran (``mode``: retrain, or replay on recorded client updates), the verdict, the tests that fired."""
+    return {"study": study, "preset": preset, "unit": unit, "fault": fault, "seed": seed, "mode": mode,
             "verdict": audit["verdict"], "fired": fired_tests(audit), "wall_seconds": wall}
 
 
@@ -79,9 +88,18 @@ def fired_tests(audit: dict) -> list[str]:
                   for g, c in audit[setting].get("clients", {}).items() for t in c["verdict"]["fired"])
 
 
-def run_seed(study: str, preset: str, unit: str, faults: list[str], seed: int) -> list[dict]:
-    """Every fault (and the correct mechanism) of one study unit at one seed; one log row each."""
+def run_seed(study: str, preset: str, unit: str, faults: list[str], seed: int, replay: bool = False) -> list[dict]:
+    """Every fault (and the correct mechanism) of one study unit at one seed; one log row each.
+
+    ``replay`` (dfl-dp only): the correct mechanism trains (recorded), the faults replay on its client updates.
+    """
     sp = study_preset(study, preset)
+    if study == "dfl-dp" and replay:
+        from flower_apps.dfl_dp.audit_trial import audit_replays
+
+        got = audit_replays(seed, [f for f in faults if f], sp, unit)
+        return [_trial_row(study, preset, unit, a["trial"]["fault"], seed, a, a["trial"]["wall_seconds"],
+                           "replay" if a["trial"]["replayed"] else "retrain") for a in got]
     if study == "dfl-dp":
         from flower_apps.dfl_dp.audit_trial import audit_trials
 
@@ -133,16 +151,18 @@ class _noise_seed_file:
 # --- the log --------------------------------------------------------------------------------------
 
 def read_log(path: Path | None) -> list[dict]:
-    """The trials already logged (a last line cut short by a crash is ignored)."""
+    """The trials already logged, one per trial (the last if one was logged twice); a last line cut short by a
+    crash is ignored."""
     if path is None or not path.exists():
         return []
-    rows = []
+    rows: dict[tuple, dict] = {}
     for line in path.read_text().splitlines():
         try:
-            rows.append(json.loads(line))
+            r = json.loads(line)
         except json.JSONDecodeError:
             continue
-    return rows
+        rows[key(r)] = r
+    return list(rows.values())
 
 
 def append_log(path: Path | None, rows: list[dict]) -> None:
@@ -157,18 +177,23 @@ def append_log(path: Path | None, rows: list[dict]) -> None:
 
 
 def key(r: dict) -> tuple:
-    return (r["study"], r["preset"], r["unit"], r["fault"], int(r["seed"]))
+    return (r["study"], r["preset"], r["unit"], r["fault"], int(r["seed"]), r.get("mode", "retrain") == "replay")
+
+
+def replays(study: str, preset: str, replay: str) -> bool:
+    """Whether ``study`` at ``preset`` replays its faults under ``--replay`` (none / reduced / all)."""
+    return study == "dfl-dp" and (replay == "all" or (replay == "reduced" and preset == "reduced"))
 
 
 def run(studies: list[str], presets: list[str], seeds: dict[str, int], frameworks: list[str],
-        log: Path | None, say: Callable[[str], None] = print, first_seed: int = 0) -> list[dict]:
+        log: Path | None, say: Callable[[str], None] = print, first_seed: int = 0, replay: str = "reduced") -> list[dict]:
     """Run every (study, preset, unit, seed) not yet in ``log``; all rows for the selection (logged + new)."""
     from privacy.faults import ALLOW_ENV
 
     old = os.environ.get(ALLOW_ENV)
     os.environ[ALLOW_ENV] = "1"  # the broken mechanisms are this benchmark's inputs; restored below
     try:
-        return _run(studies, presets, seeds, frameworks, log, say, first_seed)
+        return _run(studies, presets, seeds, frameworks, log, say, first_seed, replay)
     finally:
         if old is None:
             os.environ.pop(ALLOW_ENV, None)
@@ -176,20 +201,22 @@ def run(studies: list[str], presets: list[str], seeds: dict[str, int], framework
             os.environ[ALLOW_ENV] = old
 
 
-def _run(studies, presets, seeds, frameworks, log, say, first_seed) -> list[dict]:
+def _run(studies, presets, seeds, frameworks, log, say, first_seed, replay) -> list[dict]:
     done = {key(r): r for r in read_log(log)}
     rows = []
     for preset in presets:
         for study in studies:
             faults = faults_of(study)
             for unit in units(study, frameworks):
+                rp = replays(study, preset, replay)
                 for seed in range(first_seed, first_seed + seeds[preset]):
-                    want = [(study, preset, unit, f, seed) for f in faults]
+                    # the correct mechanism is always trained; under replay the faults are replayed on its updates
+                    want = [(study, preset, unit, f, seed, rp and bool(f)) for f in faults]
                     if all(k in done for k in want):
                         rows += [done[k] for k in want]
                         continue
                     t0 = time.perf_counter()
-                    new = run_seed(study, preset, unit, faults, seed)
+                    new = run_seed(study, preset, unit, faults, seed, rp)
                     append_log(log, new)
                     rows += new
                     flagged = [r["fault"] or "correct" for r in new if r["verdict"] == "violation"]
@@ -213,15 +240,15 @@ def rates(rows: list[dict]) -> list[dict]:
     """Per (study, preset, unit, fault): n, violations, underpowered, rate, its interval, target, met."""
     groups: dict[tuple, list[dict]] = {}
     for r in rows:
-        groups.setdefault((r["study"], r["preset"], r["unit"], r["fault"]), []).append(r)
+        groups.setdefault((r["study"], r["preset"], r["unit"], r["fault"], r.get("mode", "retrain")), []).append(r)
     out = []
-    for (study, preset, unit, fault), rs in groups.items():
+    for (study, preset, unit, fault, mode), rs in groups.items():
         n = len(rs)
         k = sum(r["verdict"] == "violation" for r in rs)
         lo, hi = clopper_pearson(k, n)
         correct = fault == ""
         rate = k / n
-        out.append({"study": study, "preset": preset, "unit": unit, "fault": fault or "correct", "n": n,
+        out.append({"study": study, "preset": preset, "unit": unit, "fault": fault or "correct", "mode": mode, "n": n,
                     "violations": k, "underpowered": sum(r["verdict"] == "underpowered" for r in rs),
                     "rate": rate, "ci": (lo, hi),
                     "target": FALSE_POSITIVE_TARGET if correct else DETECTION_TARGET,
@@ -239,14 +266,14 @@ def _median(xs: list[float]) -> float | None:
 
 
 def table(rate_rows: list[dict], markdown: bool = False) -> list[str]:
-    head = ["study", "mechanism", "preset", "fault", "seeds", "flagged violation", "rate [95% CI]",
+    head = ["study", "mechanism", "preset", "fault", "trials", "seeds", "flagged violation", "rate [95% CI]",
             "underpowered", "target", "met"]
     cells = []
     for r in rate_rows:
         what = "false positives" if r["fault"] == "correct" else "detection"
         op = "<=" if r["fault"] == "correct" else ">="
         cells.append([r["study"], r["unit"] or {"tabular-pdp": "gdp + pdp", "ultrasound": "dp-sgd"}.get(r["study"], "-"),
-                      r["preset"], r["fault"], str(r["n"]), str(r["violations"]),
+                      r["preset"], r["fault"], r["mode"], str(r["n"]), str(r["violations"]),
                       f"{r['rate']:.2f} [{r['ci'][0]:.2f}, {r['ci'][1]:.2f}]", str(r["underpowered"]),
                       f"{what} {op} {r['target']:.2f}", "yes" if r["met"] else ("**no**" if markdown else "NO")])
     if markdown:
@@ -281,6 +308,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="dfl-dp mechanisms to run")
     p.add_argument("--log", type=Path, default=None,
                    help="JSON-lines file of finished trials: appended to, and trials already there are not rerun")
+    p.add_argument("--replay", choices=["none", "reduced", "all"], default="reduced",
+                   help="dfl-dp presets whose faults replay on the correct run's recorded client updates instead of "
+                        "retraining (default: reduced)")
     p.add_argument("--markdown", action="store_true")
     p.add_argument("--report-only", action="store_true",
                    help="no trial runs: the rates of the trials in --log for the selection (seeds not logged are "
@@ -303,7 +333,7 @@ def main(argv: list[str] | None = None) -> int:
         print("\n".join(table(rr, a.markdown)))
         return 0 if all(r["met"] for r in rr) else 1
     rows = run(a.studies, a.presets, seeds, a.frameworks, a.log, say=lambda s: print(s, file=sys.stderr),
-               first_seed=a.first_seed)
+               first_seed=a.first_seed, replay=a.replay)
     rr = rates(rows)
     print("\n".join(table(rr, a.markdown)))
     return 0 if all(r["met"] for r in rr) else 1

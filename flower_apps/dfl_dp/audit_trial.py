@@ -11,6 +11,7 @@ never does).
 from __future__ import annotations
 
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -84,3 +85,54 @@ def audit_trial(fault: str, seed: int, preset: str = "smoke", framework: str = "
     Its ``wall_seconds`` include Ray's start-up; :func:`audit_trials` runs several in one simulation.
     """
     return audit_trials([(fault, seed)], preset, framework, **overrides)[0]
+
+
+def audit_replays(seed: int, faults: list[str], preset: str = "smoke", framework: str = "fl",
+                  **overrides: Any) -> list[dict]:
+    """The correct mechanism trained once at ``seed`` (a real run, recorded), then each of ``faults``
+    replayed on its clients' recorded updates (flower_apps/common/replay.py): audit.json dicts, the
+    recorded run's first.
+
+    Each replay runs the real ``server_main`` (strategy stack, fault, canaries through the clip, auditor)
+    on a grid that answers with the recorded clients' updates; noise and canaries come from the same seed
+    file as the recorded run, as in :func:`audit_trials`. A replay's ``trial`` says ``replayed``.
+    """
+    from flower_apps.common.replay import RecordingGrid, ReplayGrid
+    from flower_apps.dfl_dp.server_app import run_dir, server_main
+    from flower_apps.router import prepare
+    from flower_apps.runner import run_many_timed, task_identity
+
+    with tempfile.TemporaryDirectory(prefix="dfl-dp-audit-replay-") as tmp:
+        root = Path(tmp)
+        seed_file = root / f"noise-{seed}.seed"
+        seed_file.write_text(f"dfl-dp audit trial, seed {seed}\n")
+        cfg = prepare(_run_keys("", seed, preset, framework, root, seed_file, overrides))[1]
+        recorded: dict[str, Any] = {}
+
+        def recording_main(grid, c):
+            rg = RecordingGrid(grid)
+            out = server_main(rg, c)
+            recorded.update(exchanges=rg.exchanges, nodes=sorted(grid.get_node_ids()))
+            return out
+
+        num_nodes = max(1, -(-cfg.num_clients // cfg.clients_per_message))
+        walls = run_many_timed([cfg], recording_main, num_nodes, run_dir)
+        first = read_json(run_dir(cfg) / "audit.json")
+        first["trial"] = {"fault": "", "seed": seed, "preset": preset, "framework": framework,
+                          "run": run_dir(cfg).name, "wall_seconds": walls.get(str(run_dir(cfg))), "replayed": False,
+                          "final_acc": read_json(run_dir(cfg) / "summary.json")["final_acc"]}
+        out = [first]
+        for fault in faults:
+            rcfg = prepare(_run_keys(fault, seed, preset, framework, root, seed_file,
+                                     {**overrides, "run-name": f"replay-{fault or 'correct'}"}))[1]
+            t0 = time.perf_counter()
+            grid = ReplayGrid(recorded["exchanges"], recorded["nodes"])
+            with task_identity():
+                server_main(grid, rcfg)
+            if not grid.finished:
+                raise RuntimeError(f"replay of {fault!r} sent {grid._next} of the {len(grid.exchanges)} recorded messages")
+            audit = read_json(run_dir(rcfg) / "audit.json")
+            audit["trial"] = {"fault": fault, "seed": seed, "preset": preset, "framework": framework,
+                              "run": run_dir(rcfg).name, "wall_seconds": time.perf_counter() - t0, "replayed": True}
+            out.append(audit)
+        return out

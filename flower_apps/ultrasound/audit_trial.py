@@ -6,26 +6,12 @@ after round, with the white-box gradient audit (:mod:`flower_apps.ultrasound.gra
 
 from __future__ import annotations
 
-import contextlib
 import time
 
 from flwr.app import ConfigRecord
 
+from flower_apps.runner import task_identity
 from flower_apps.ultrasound.gradient_audit import DEFAULT_GRADIENT_CANARIES, run_gradient_audit
-
-
-@contextlib.contextmanager
-def _task_identity():
-    """Flower's Message needs a task identity, which a simulation or SuperNode sets; outside one, a dummy (restored)."""
-    from flwr.supercore.task_identity import TaskIdentity
-
-    old = (TaskIdentity._task_id, TaskIdentity._run_id, TaskIdentity._node_id)
-    if None in old:
-        TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, 1, 0
-    try:
-        yield
-    finally:
-        TaskIdentity._task_id, TaskIdentity._run_id, TaskIdentity._node_id = old
 
 
 def audit_trial(fault: str, seed: int, preset: str = "smoke", **overrides) -> dict:
@@ -59,7 +45,7 @@ def audit_trial(fault: str, seed: int, preset: str = "smoke", **overrides) -> di
                             head_init=cfg.head_init)
     arrays = state_to_record(model)
     view = audit.AuditGrid(None, req)
-    with _task_identity():
+    with task_identity():
         for r in range(1, cfg.num_rounds + 1):
             conf = ConfigRecord({"run-config": cfg.to_json(), "server-round": r})
             (msg,) = build_train_messages([(1, [req.client])], arrays, conf, ACTION)

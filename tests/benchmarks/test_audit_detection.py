@@ -22,8 +22,9 @@ from privacy.faults import ALLOW_ENV, FAULTS_BY_STUDY  # noqa: E402
 
 
 def fake_seed(calls):
-    def run_seed(study, preset, unit, faults, seed):
+    def run_seed(study, preset, unit, faults, seed, replay=False):
         calls.append((study, preset, unit, seed))
+        assert not replay
         assert os.environ.get(ALLOW_ENV) == "1"  # the broken mechanisms are the benchmark's inputs
         # a fake audit: every fault flagged except skip-clip at odd seeds; the correct mechanism flagged at seed 3
         return [ad._trial_row(study, preset, unit, f, seed,
@@ -88,3 +89,29 @@ def test_fired_tests_of_each_study_layout():
     tab = {"gdp": {"clients": {"0": {"verdict": {"fired": ["member-noise"]}}, "all": {"verdict": {"fired": []}}}},
            "pdp": {"clients": {}}}
     assert ad.fired_tests(tab) == ["gdp:0:member-noise"]
+
+
+def test_replayed_trials_are_logged_and_counted_apart(tmp_path, monkeypatch):
+    calls = []
+
+    def run_seed(study, preset, unit, faults, seed, replay=False):
+        calls.append(replay)
+        return [ad._trial_row(study, preset, unit, f, seed, {"verdict": "violation" if f else "consistent"}, 1.0,
+                              "replay" if replay and f else "retrain") for f in faults]
+
+    monkeypatch.setattr(ad, "run_seed", run_seed)
+    log = tmp_path / "d.jsonl"
+    ad.run(["dfl-dp", "tabular-pdp"], ["reduced"], {"reduced": 2}, ["fl"], log, say=lambda s: None)
+    assert calls == [True, True, False, False]  # dfl-dp replays at reduced by default; tabular-pdp retrains
+    rows = ad.read_log(log)
+    assert {(r["study"], r["fault"] == "", r["mode"]) for r in rows} == {
+        ("dfl-dp", True, "retrain"), ("dfl-dp", False, "replay"), ("tabular-pdp", True, "retrain"),
+        ("tabular-pdp", False, "retrain")}
+    ad.run(["dfl-dp"], ["reduced"], {"reduced": 2}, ["fl"], log, say=lambda s: None)
+    assert len(calls) == 4  # logged: nothing reruns
+    ad.run(["dfl-dp"], ["reduced"], {"reduced": 1}, ["fl"], log, say=lambda s: None, replay="none")
+    assert calls[-1] is False  # retraining is another trial than a replay: it runs
+    counted = {(r["fault"], r["mode"]): r["n"] for r in ad.rates(ad.read_log(log)) if r["study"] == "dfl-dp"}
+    assert counted[("correct", "retrain")] == 2  # seed 0's correct run, trained twice, counts once
+    modes = set(counted)
+    assert ("noise-div-2", "replay") in modes and ("noise-div-2", "retrain") in modes
