@@ -1,6 +1,8 @@
 """Wall time of a run with the empirical privacy audit (--audit) over the same run without it.
 
-    python -m benchmarks.audit_overhead                  # dfl-dp FL + sequential DFL, tabular-pdp GDP + PDP
+    python -m benchmarks.audit_overhead                  # dfl-dp FL + sequential DFL, tabular-pdp GDP + PDP,
+                                                         # ultrasound DP-SGD client 0 with gradient canaries
+    python -m benchmarks.audit_overhead --dfl-preset reduced --tabular-preset reduced --ultrasound-preset cpu
     python -m benchmarks.audit_overhead --repeats 2
 
 Each pair (the same config with and without canaries) runs in ONE Flower simulation after one
@@ -129,6 +131,31 @@ def tabular_pair(results: str, per_client: int, repeats: int, preset: str = "smo
                      times[(False, False)], cpu[(True, False)], cpu[(False, False)])]
 
 
+def ultrasound_pair(preset: str, repeats: int, canaries: int | None = None) -> list[dict]:
+    """ultrasound ``preset`` (smoke, or cpu: the CPU-scale one), DP-SGD: client 0's training over the preset's
+    rounds through the real ClientApp handler, with white-box gradient canaries (the sweep's default audit of
+    a DP-SGD run) and without. Only the audited client carries canaries (the other clients' work is the same
+    with and without the audit), so this ratio bounds the federated run's from above. Alternating repeats
+    after one discarded warm-up (data and weights loaded, caches filled)."""
+    from flower_apps.router import prepare
+    from flower_apps.ultrasound.audit_trial import client_rounds
+    from flower_apps.ultrasound.gradient_audit import DEFAULT_GRADIENT_CANARIES
+
+    m = canaries or DEFAULT_GRADIENT_CANARIES
+    base = {"study": "ultrasound", "preset": preset, "us-dp-sgd": True}
+    plain = prepare(base)[1]
+    audited = prepare({**base, "us-audit-canary": "gradient", "us-audit-canaries": m})[1]
+    client_rounds(prepare({**base, "num-rounds": 1})[1])  # warm-up
+    times: dict[bool, list[float]] = {True: [], False: []}
+    for _ in range(repeats):
+        for cfg, key in ((plain, False), (audited, True)):
+            t0 = time.perf_counter()
+            client_rounds(cfg)
+            times[key].append(time.perf_counter() - t0)
+    tag = "" if preset == "smoke" else f"_{preset}"
+    return [_row(f"ultrasound{tag}_client0_dpsgd_gradient_audit{m}_over_plain_wall", times[True], times[False])]
+
+
 def _row(metric: str, audited: list[float], plain: list[float]) -> dict:
     value, ref = min(audited), min(plain)
     return {"metric": metric, "value": value, "reference": ref, "ratio": value / ref, "target": TARGET_RATIO,
@@ -139,7 +166,7 @@ def measure(quick: bool = True) -> list[dict]:
     """Audited over plain wall time per study (quick: 1 repeat, 2 rounds; else 3 repeats)."""
     repeats = 1 if quick else 3
     with TemporaryDirectory(prefix="audit-bench-") as tmp:
-        return dfl_dp_pairs(tmp, 200, 2, repeats) + tabular_pair(tmp, 40, repeats)
+        return dfl_dp_pairs(tmp, 200, 2, repeats) + tabular_pair(tmp, 40, repeats) + ultrasound_pair("smoke", repeats)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -151,7 +178,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="dfl-dp preset (reduced: the CPU-scale one, N = 100, T = 20)")
     p.add_argument("--canaries", type=int, default=200, help="dfl-dp canary clients (half inserted)")
     p.add_argument("--per-client", type=int, default=40, help="tabular-pdp canaries per client")
-    p.add_argument("--only", choices=["dfl-dp", "tabular-pdp"])
+    p.add_argument("--only", choices=["dfl-dp", "tabular-pdp", "ultrasound"])
+    p.add_argument("--ultrasound-preset", choices=["smoke", "cpu"], default="smoke",
+                   help="ultrasound preset (cpu: the CPU-scale one; needs ../shared/data/busi)")
     p.add_argument("--tabular-preset", choices=["smoke", "reduced"], default="smoke",
                    help="tabular-pdp preset (reduced: the CPU-scale one, 10 local epochs per round)")
     a = p.parse_args(argv)
@@ -165,6 +194,8 @@ def main(argv: list[str] | None = None) -> int:
             rows += dfl_dp_pairs(tmp, a.canaries, a.rounds, a.repeats, a.dfl_preset)
         if a.only in (None, "tabular-pdp"):
             rows += tabular_pair(tmp, a.per_client, a.repeats, a.tabular_preset)
+        if a.only in (None, "ultrasound"):
+            rows += ultrasound_pair(a.ultrasound_preset, a.repeats)
     for r in rows:
         print(f"{r['metric']}: {r['value']:.1f} s audited / {r['reference']:.1f} s plain = {r['ratio']:.3f}x "
               f"(target <= {r['target']}x: {'met' if r['met'] else 'NOT met'})")

@@ -14,6 +14,41 @@ from flower_apps.runner import task_identity
 from flower_apps.ultrasound.gradient_audit import DEFAULT_GRADIENT_CANARIES, run_gradient_audit
 
 
+def client_rounds(cfg, view=None, client: int = 0):
+    """``client`` trained alone for ``cfg.num_rounds`` rounds through the real ClientApp handler, each round from
+    its own last release; ``view`` (an AuditGrid) takes each reply. The last release's ArrayRecord."""
+    from flwr.app import Context, RecordDict
+
+    from flower_apps.common.torch_utils import state_to_record
+    from flower_apps.ultrasound import client_app
+    from flower_apps.ultrasound.config import ACTION
+    from flower_apps.ultrasound.models import create_model
+    from strategies.cohorts import build_train_messages
+
+    data_classes = _num_classes(cfg)
+    model, _ = create_model(cfg.arch, data_classes, cfg.image_size, dp=cfg.dp_sgd, pretrained=cfg.pretrained,
+                            weights_dir=cfg.weights_dir, seed=cfg.seed, dp_finetune=cfg.dp_finetune,
+                            head_init=cfg.head_init)
+    arrays = state_to_record(model)
+    with task_identity():
+        for r in range(1, cfg.num_rounds + 1):
+            conf = ConfigRecord({"run-config": cfg.to_json(), "server-round": r})
+            (msg,) = build_train_messages([(1, [client])], arrays, conf, ACTION)
+            reply = client_app.train(msg, Context(1, 1, {}, RecordDict(), {}))
+            if reply.has_error():
+                raise RuntimeError(f"client {client}, round {r}: the client failed: {reply.error.reason}")
+            if view is not None:
+                view.take(reply)
+            arrays = reply.content["arrays"]
+    return arrays
+
+
+def _num_classes(cfg) -> int:
+    from flower_apps.ultrasound.data import build_data, data_key
+
+    return build_data(data_key(cfg)).num_classes
+
+
 def audit_trial(fault: str, seed: int, preset: str = "smoke", **overrides) -> dict:
     """One audited client training: client 0 alone for the preset's rounds, each round starting from its
     own last release, through the real ClientApp handler and DP optimizer; the gradient audit's dict.
@@ -22,15 +57,8 @@ def audit_trial(fault: str, seed: int, preset: str = "smoke", **overrides) -> di
     ``overrides``: run keys with '_' for '-' (``num_rounds=3``, ``us_audit_canaries=64``). The dict gets
     ``wall_seconds`` (the whole trial, model and data set-up included).
     """
-    from flwr.app import Context, RecordDict
-
-    from flower_apps.common.torch_utils import state_to_record
     from flower_apps.router import prepare
-    from flower_apps.ultrasound import audit, client_app
-    from flower_apps.ultrasound.config import ACTION
-    from flower_apps.ultrasound.data import build_data, data_key
-    from flower_apps.ultrasound.models import create_model
-    from strategies.cohorts import build_train_messages
+    from flower_apps.ultrasound import audit
 
     t0 = time.perf_counter()
     keys = {"study": "ultrasound", "preset": preset, "us-dp-sgd": True, "us-audit-canary": "gradient",
@@ -39,21 +67,8 @@ def audit_trial(fault: str, seed: int, preset: str = "smoke", **overrides) -> di
     cfg = prepare(keys)[1]
     req = audit.AuditRequest.of(cfg)
     audit.check_auditable(cfg, req)
-    data = build_data(data_key(cfg))
-    model, _ = create_model(cfg.arch, data.num_classes, cfg.image_size, dp=True, pretrained=cfg.pretrained,
-                            weights_dir=cfg.weights_dir, seed=cfg.seed, dp_finetune=cfg.dp_finetune,
-                            head_init=cfg.head_init)
-    arrays = state_to_record(model)
     view = audit.AuditGrid(None, req)
-    with task_identity():
-        for r in range(1, cfg.num_rounds + 1):
-            conf = ConfigRecord({"run-config": cfg.to_json(), "server-round": r})
-            (msg,) = build_train_messages([(1, [req.client])], arrays, conf, ACTION)
-            reply = client_app.train(msg, Context(1, 1, {}, RecordDict(), {}))
-            if reply.has_error():
-                raise RuntimeError(f"audit trial, round {r}: the client failed: {reply.error.reason}")
-            view.take(reply)
-            arrays = reply.content["arrays"]
+    client_rounds(cfg, view, req.client)
     res = run_gradient_audit(req, view.gradient, cfg)
     res["wall_seconds"] = time.perf_counter() - t0
     return res
