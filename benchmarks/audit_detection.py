@@ -27,7 +27,8 @@ reported). Targets (issue 37): detection >= 95% per fault, false positives <= 5%
 each rate is the exact (Clopper-Pearson) 95% interval over the seeds run.
 
 Presets: ``smoke`` is each study's smoke preset; ``reduced`` is the CPU-scale one the README's tables
-use (dfl-dp and tabular-pdp ``reduced``, ultrasound ``cpu``). Every finished trial is appended to
+use (dfl-dp and tabular-pdp ``reduced``, ultrasound ``cpu`` with the cpu grid's DP recipe, a DP linear
+probe on the frozen pretrained trunk; it needs ../shared/data/busi). Every finished trial is appended to
 ``--log`` (one JSON line, flushed), and a rerun with the same log skips the trials already there, so an
 interrupted benchmark loses nothing finished.
 """
@@ -113,11 +114,14 @@ def run_seed(study: str, preset: str, unit: str, faults: list[str], seed: int, r
     if study == "ultrasound":
         from flower_apps.ultrasound.audit_trial import audit_trial
         from flower_apps.ultrasound.study import NOISE_SEED_ENV
+        from flower_apps.ultrasound.sweep import CPU_DP_RECIPE
 
+        # at the CPU scale, the DP recipe the study's cpu grid runs (a DP linear probe on a frozen trunk)
+        recipe = dict(CPU_DP_RECIPE) if sp == "cpu" else {}
         rows = []
         for f in faults:
             with _noise_seed_file(NOISE_SEED_ENV, f"ultrasound audit trial, seed {seed}\n"):
-                a = audit_trial(f, seed, sp, us_noise_mode="seeded")
+                a = audit_trial(f, seed, sp, us_noise_mode="seeded", **recipe)
             rows.append(_trial_row(study, preset, unit, f, seed, a, a["wall_seconds"]))
         return rows
     raise ValueError(f"study {study!r}: expected one of {STUDIES}")
