@@ -28,6 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks import doc_blocks  # noqa: E402
 from registry import Registry  # noqa: E402
 
 START, END = "<!-- benchmarks:start -->", "<!-- benchmarks:end -->"
@@ -238,17 +239,10 @@ def markdown_block(rows: list[dict], info: dict[str, str], command: str, seconds
 
 def replace_block(text: str, block: str) -> str:
     """``text`` with what lies between the benchmark markers replaced by ``block``."""
-    if text.count(START) != 1 or text.count(END) != 1 or text.index(START) > text.index(END):
-        raise ValueError(f"README must contain {START} ... {END} exactly once, in that order")
-    head, rest = text.split(START)
-    _, tail = rest.split(END)
-    return f"{head}{START}\n{block.strip()}\n{END}{tail}"
+    return doc_blocks.replace_block(text, block, START, END, "README")
 
 
-def write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+write_atomic = doc_blocks.write_atomic
 
 
 def main(argv: list[str] | None = None) -> int:

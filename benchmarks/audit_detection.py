@@ -286,6 +286,25 @@ def table(rate_rows: list[dict], markdown: bool = False) -> list[str]:
     return ["  ".join(x.ljust(w) for x, w in zip(c, widths)).rstrip() for c in [head, ["-" * w for w in widths], *cells]]
 
 
+DOC_START, DOC_END = "<!-- audit-detection:start -->", "<!-- audit-detection:end -->"
+
+
+def doc_block(path: Path, block: str, write: bool) -> int:
+    """Write ``block`` between the markers of ``path`` (atomic), or compare: 0 when equal/written, 1 when it differs."""
+    from benchmarks.doc_blocks import replace_block, write_atomic
+
+    text = path.read_text()
+    new = replace_block(text, block, DOC_START, DOC_END, str(path))
+    if write:
+        if new != text:
+            write_atomic(path, new)
+        return 0
+    if new != text:
+        print(f"{path}: the audit-detection table differs from the log's; regenerate with --write-doc", file=sys.stderr)
+        return 1
+    return 0
+
+
 # --- python -m benchmarks --------------------------------------------------------------------------
 
 def measure(quick: bool = True) -> list[dict]:
@@ -316,6 +335,11 @@ def main(argv: list[str] | None = None) -> int:
                    help="dfl-dp presets whose faults replay on the correct run's recorded client updates instead of "
                         "retraining (default: reduced)")
     p.add_argument("--markdown", action="store_true")
+    p.add_argument("--write-doc", type=Path, default=None, metavar="MD",
+                   help=f"with --report-only: replace the table between {DOC_START} and {DOC_END} in MD "
+                        "(docs/audit.md) by the log's")
+    p.add_argument("--check-doc", type=Path, default=None, metavar="MD",
+                   help="with --report-only: exit 1 when MD's block differs from the log's table")
     p.add_argument("--report-only", action="store_true",
                    help="no trial runs: the rates of the trials in --log for the selection (seeds not logged are "
                         "left out; the table says how many each rate rests on)")
@@ -335,7 +359,11 @@ def main(argv: list[str] | None = None) -> int:
             p.error(f"{a.log} holds no trial of the selection")
         rr = rates(rows)
         print("\n".join(table(rr, a.markdown)))
+        if a.write_doc or a.check_doc:
+            return doc_block(a.write_doc or a.check_doc, "\n".join(table(rr, markdown=True)), write=bool(a.write_doc))
         return 0 if all(r["met"] for r in rr) else 1
+    if a.write_doc or a.check_doc:
+        p.error("--write-doc / --check-doc need --report-only (no trial runs)")
     rows = run(a.studies, a.presets, seeds, a.frameworks, a.log, say=lambda s: print(s, file=sys.stderr),
                first_seed=a.first_seed, replay=a.replay)
     rr = rates(rows)

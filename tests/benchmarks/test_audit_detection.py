@@ -115,3 +115,19 @@ def test_replayed_trials_are_logged_and_counted_apart(tmp_path, monkeypatch):
     assert counted[("correct", "retrain")] == 2  # seed 0's correct run, trained twice, counts once
     modes = set(counted)
     assert ("noise-div-2", "replay") in modes and ("noise-div-2", "retrain") in modes
+
+
+def test_the_doc_block_is_written_from_the_log_and_checked(tmp_path, monkeypatch):
+    monkeypatch.setattr(ad, "run_seed", fake_seed([]))
+    log = tmp_path / "d.jsonl"
+    ad.run(["tabular-pdp"], ["smoke"], {"smoke": 1}, ["fl"], log, say=lambda s: None)
+    doc = tmp_path / "audit.md"
+    doc.write_text(f"intro\n{ad.DOC_START}\nold\n{ad.DOC_END}\noutro\n")
+    common = ["--studies", "tabular-pdp", "--seeds", "1", "--log", str(log), "--report-only"]
+    assert ad.main(common + ["--check-doc", str(doc)]) == 1  # stale
+    assert ad.main(common + ["--write-doc", str(doc)]) == 0
+    text = doc.read_text()
+    assert text.startswith("intro\n") and text.endswith("outro\n") and "| tabular-pdp |" in text and "old" not in text
+    assert ad.main(common + ["--check-doc", str(doc)]) == 0
+    with pytest.raises(SystemExit):
+        ad.main(["--write-doc", str(doc)])  # only from a log
