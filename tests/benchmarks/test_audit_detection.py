@@ -131,3 +131,11 @@ def test_the_doc_block_is_written_from_the_log_and_checked(tmp_path, monkeypatch
     assert ad.main(common + ["--check-doc", str(doc)]) == 0
     with pytest.raises(SystemExit):
         ad.main(["--write-doc", str(doc)])  # only from a log
+
+
+def test_docs_audit_detection_table_is_the_kept_logs():
+    # docs/audit.md's detection table is generated from results_audit/detection.jsonl (no training here)
+    log = REPO / "results_audit" / "detection.jsonl"
+    assert log.is_file(), "the kept detection log is part of the repository"
+    assert ad.main(["--log", str(log), "--report-only", "--presets", "smoke", "reduced",
+                    "--check-doc", str(REPO / "docs" / "audit.md")]) == 0
