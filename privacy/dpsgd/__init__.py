@@ -8,7 +8,9 @@
 * :mod:`~privacy.dpsgd.book_keeping` -- ghost clipping's clipped gradient sum from its one backward pass.
 * :mod:`~privacy.dpsgd.engine` -- :func:`make_private` (the wiring), ghost clipping, the copy-free DP optimizer.
 * :mod:`~privacy.dpsgd.canaries` -- an auditor's white-box gradient canaries inside the DP optimizer's step.
-* :mod:`~privacy.dpsgd.ledger` -- recording DP-SGD steps; epsilon from dp-accounting.
+* :mod:`~privacy.dpsgd.ledger` -- recording DP-SGD steps; epsilon from dp-accounting (its absl warnings kept quiet).
+* :mod:`~privacy.dpsgd.calibrate` -- the Poisson sample rate; the noise multiplier for a target epsilon.
+* :mod:`~privacy.dpsgd.loop` -- a DP-SGD training loop for any model and input shape (empty batches take noisy steps).
 
 Importing this package changes nothing in Opacus: no sampler is registered with Opacus and none of
 its functions is replaced (tests/privacy/test_privacy_dpsgd_scoping.py). A model gets the fast
@@ -20,6 +22,7 @@ from privacy.opacus_import import import_opacus
 import_opacus()  # before any opacus import: no root log handler (see privacy/opacus_import.py)
 
 # ruff: noqa: E402  (the imports below must follow import_opacus())
+from privacy.dpsgd.calibrate import ACCOUNTANTS, NoiseCalibration, noise_multiplier_for_epsilon, sample_rate
 from privacy.dpsgd.canaries import GradientCanaries, with_gradient_canaries
 from privacy.dpsgd.compat import (BN_MODES, DpVisionTransformer, ModelChange, PrefixTokenPosEmbed, freeze_batchnorm,
                                   make_opacus_compatible, replace_batchnorm_act, train_last_groups)
@@ -27,14 +30,16 @@ from privacy.dpsgd.engine import (GRAD_SAMPLE_MODES, PrivateTraining, ghost_clip
                                   unwrap)
 from privacy.dpsgd.grad_sample import (FastGhostClippingModule, FastGradSampleModule, grad_sample_module,
                                        store_grad_sample)
-from privacy.dpsgd.ledger import DpSgdEvent, DpSgdLedger, dp_event, paper_sqrt_t_bound, rdp_epsilon
+from privacy.dpsgd.ledger import DpSgdEvent, DpSgdLedger, dp_event, paper_sqrt_t_bound, quiet_absl, rdp_epsilon
+from privacy.dpsgd.loop import LOOP_GRAD_SAMPLE_MODES, DpSgdResult, DpSgdStats, train_dp_sgd
 from privacy.dpsgd.samplers import FAST_GRAD_SAMPLERS, FAST_NORM_SAMPLERS
 
 __all__ = [
-    "BN_MODES", "DpSgdEvent", "DpSgdLedger", "DpVisionTransformer", "FAST_GRAD_SAMPLERS", "FAST_NORM_SAMPLERS",
-    "FastGhostClippingModule", "FastGradSampleModule", "GRAD_SAMPLE_MODES", "GradientCanaries", "ModelChange",
-    "PrefixTokenPosEmbed",
+    "ACCOUNTANTS", "BN_MODES", "DpSgdEvent", "DpSgdLedger", "DpSgdResult", "DpSgdStats", "DpVisionTransformer",
+    "FAST_GRAD_SAMPLERS", "FAST_NORM_SAMPLERS", "FastGhostClippingModule", "FastGradSampleModule", "GRAD_SAMPLE_MODES",
+    "GradientCanaries", "LOOP_GRAD_SAMPLE_MODES", "ModelChange", "NoiseCalibration", "PrefixTokenPosEmbed",
     "PrivateTraining", "dp_event", "freeze_batchnorm", "ghost_clipping_backward", "ghost_targets", "grad_sample_module",
-    "make_opacus_compatible", "make_private", "paper_sqrt_t_bound", "rdp_epsilon", "replace_batchnorm_act",
-    "store_grad_sample", "train_last_groups", "unwrap", "with_gradient_canaries",
+    "make_opacus_compatible", "make_private", "noise_multiplier_for_epsilon", "paper_sqrt_t_bound", "quiet_absl",
+    "rdp_epsilon", "replace_batchnorm_act", "sample_rate", "store_grad_sample", "train_dp_sgd", "train_last_groups",
+    "unwrap", "with_gradient_canaries",
 ]
