@@ -1,0 +1,1 @@
+"""Small models shared by studies (no study imports another's model)."""
