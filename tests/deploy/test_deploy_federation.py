@@ -147,14 +147,14 @@ def test_smoke_run_survives_a_supernode_crash_mid_round(federation, tmp_path):
 
 
 def test_launch_reports_refused_data_as_one_line_and_exits_nonzero(federation, tmp_path):
-    """What a user of ``python -m flower_apps.launch`` sees when the data is unusable: the ServerApp
+    """What a user of ``python -m deploy.launch`` sees when the data is unusable: the ServerApp
     refuses before any work (one line, no traceback, no run folder) and the command exits 1, where
     plain ``flwr run --stream`` would exit 0."""
     import subprocess
 
     results = tmp_path / "results"
     missing = tmp_path / "no-such-mnist"
-    cmd = [sys.executable, "-m", "flower_apps.launch", str(federation.app_dir), CONNECTION, "--run-config",
+    cmd = [sys.executable, "-m", "deploy.launch", str(federation.app_dir), CONNECTION, "--run-config",
            f"study='dfl-dp' preset='smoke' dataset='mnist-full' data-dir='{missing}' results-dir='{results}'"]
     res = subprocess.run(cmd, cwd=federation.app_dir, env=flwr_cli.flower_env(federation.cli_home),
                          capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)

@@ -1,6 +1,6 @@
 """``flwr run`` with the project's own checks first and an exit status that says how the run ended.
 
-    python -m flower_apps.launch [APP_DIR] [SUPERLINK] --run-config "study='dfl-dp' preset='smoke'"
+    python -m deploy.launch [APP_DIR] [SUPERLINK] --run-config "study='dfl-dp' preset='smoke'"
 
 What plain ``flwr run . --stream`` does not do (flwr 1.42), and this command does:
 
@@ -25,6 +25,8 @@ import sys
 from pathlib import Path
 
 from flwr.common.config import parse_config_args
+
+from deploy.flwr_cli import executable
 
 EXIT_REFUSED = 2
 EXIT_RUN_FAILED = 1
@@ -53,13 +55,11 @@ def run_status(run_id: int, superlink: str | None) -> dict:
 
 
 def _flwr() -> str:
-    from deploy.flwr_cli import executable
-
     return executable("flwr")
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m flower_apps.launch", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m deploy.launch", description=__doc__.split("\n")[0])
     p.add_argument("app", nargs="?", default=".", help="the Flower App folder (default: .)")
     p.add_argument("superlink", nargs="?", default=None, help="SuperLink connection name (default: flwr's default)")
     p.add_argument("--run-config", action="append", default=[], help="as for flwr run (may repeat)")

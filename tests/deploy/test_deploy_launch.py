@@ -7,7 +7,7 @@ import logging
 import pytest
 
 from datasets.base import DataError
-from flower_apps import launch
+from deploy import launch
 from flower_apps.config import ConfigError
 from flower_apps.router import OneLineRefusals
 
