@@ -25,10 +25,10 @@ import subprocess
 import sys
 import time
 
-from privacy.mixnet.config import MixnetConfig
-from privacy.mixnet.messages import fragment_capacity
-from privacy.mixnet.metrics import h_path, h_relay, relay_mapping_entropy
-from privacy.mixnet.simulator import Simulator
+from mixnet.config import MixnetConfig
+from mixnet.messages import fragment_capacity
+from mixnet.metrics import h_path, h_relay, relay_mapping_entropy
+from mixnet.simulator import Simulator
 
 PAPER_WALL_PER_ROUND_S = 40.0
 TARGET_SPEEDUP = 10.0

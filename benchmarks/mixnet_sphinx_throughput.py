@@ -27,17 +27,17 @@ from collections.abc import Callable
 
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
-from privacy.mixnet.constants import PacketFormat
-from privacy.mixnet.crypto import (
+from mixnet.constants import PacketFormat
+from mixnet.crypto import (
     SeededRandomSource,
     lioness_decrypt,
     private_key_from_bytes,
     scalarmult,
     scalarmult_base,
 )
-from privacy.mixnet.header import Hop, process_header
-from privacy.mixnet.packet import create_packet, process_packet
-from privacy.mixnet.replay import ReplayCache
+from mixnet.header import Hop, process_header
+from mixnet.packet import create_packet, process_packet
+from mixnet.replay import ReplayCache
 
 NYM_UNWRAPS_PER_S = 6_350
 NYM_CREATIONS_PER_S = 2_600

@@ -20,7 +20,7 @@ Fragment size derives from the Sphinx body: ``values_per_fragment`` is the large
 ``n`` with ``22 + compressBound(n * bytes_per_value) <= capacity``, where
 ``capacity`` is the application bytes one packet carries (9,894 for the paper's
 10,240-byte body, after the zero prefix, the DATA header and the SURB; see
-``privacy.mixnet.messages.fragment_capacity``) and ``compressBound`` is zlib's
+``mixnet.messages.fragment_capacity``) and ``compressBound`` is zlib's
 worst case. Hence fragments never spill into a second packet, whatever the data.
 For a 61,706-parameter LeNet-5 this gives 2,464 values (26 fragments) at 32 bits and
 9,857 values (7 fragments) at 8 bits, the paper's counts.

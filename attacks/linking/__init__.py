@@ -2,7 +2,7 @@
 
 timing
     Passive global adversary on the mixnet trace: flow-correlation (timing) attack and
-    trace-consistent candidate sets (input: ``privacy.mixnet.AdversaryView`` only).
+    trace-consistent candidate sets (input: ``mixnet.AdversaryView`` only).
 scoring
     Ground truth of fragment packets and the scores (accuracy, 1/|U_T| baseline, advantage).
 content

@@ -1,6 +1,6 @@
 """Ground truth for sender linking: which frames deliver fragment packets, who sent them, and scores.
 
-Only this module reads :class:`~privacy.mixnet.trace.GroundTruth`; attacks never do.
+Only this module reads :class:`~mixnet.trace.GroundTruth`; attacks never do.
 A fragment packet leaves its sender as a ``real`` (or ``retransmission``) frame; each
 relay's ``relay`` frame points back (``in_ref``) to the frame it came in as. Following
 these links from the sender's frame gives the packet's path; its last frame is the
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from attacks.linking.timing import LinkingGuess
-from privacy.mixnet.trace import AdversaryView, GroundTruth
+from mixnet.trace import AdversaryView, GroundTruth
 
 DATA_KINDS = ("real", "retransmission")
 

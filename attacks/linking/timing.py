@@ -1,6 +1,6 @@
 """Sender linking by a passive global adversary: flow correlation and trace-consistent candidate sets.
 
-The adversary sees only :class:`~privacy.mixnet.trace.AdversaryView` (for every frame:
+The adversary sees only :class:`~mixnet.trace.AdversaryView` (for every frame:
 send time, link, size, arrival; plus the public K, O, mu and fill timeout) and,
 optionally, the public learning topology. For a *target* frame (the last link of a
 fragment packet, i.e. its delivery to the receiver ``D``), it must name the node that
@@ -36,8 +36,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from privacy.mixnet.metrics import hold_time_density
-from privacy.mixnet.trace import AdversaryView
+from mixnet.metrics import hold_time_density
+from mixnet.trace import AdversaryView
 
 
 @dataclass(frozen=True)

@@ -26,10 +26,10 @@ import numpy as np
 
 from attacks.linking.scoring import fragment_targets, score_linking
 from attacks.linking.timing import flow_correlation_attack
-from privacy.mixnet import MixnetConfig, Simulator
-from privacy.mixnet.messages import fragment_capacity
-from privacy.mixnet.metrics import h_path, h_relay, relay_mapping_entropy, relay_min_entropy
-from privacy.mixnet.theory import ideal_relay_min_entropy, path_length_prior, theory_row
+from mixnet import MixnetConfig, Simulator
+from mixnet.messages import fragment_capacity
+from mixnet.metrics import h_path, h_relay, relay_mapping_entropy, relay_min_entropy
+from mixnet.theory import ideal_relay_min_entropy, path_length_prior, theory_row
 
 COMPROMISED = (0.1, 0.25)  # Corollary 1: fractions of colluding relays tabulated beside the measurement
 
@@ -86,7 +86,7 @@ def run_traffic(spec: TrafficSpec) -> tuple[Simulator, list[bytes], float]:
 def linking_scores(sim: Simulator, ids: list[bytes], seed: int = 0) -> dict[str, float]:
     """Flow-correlation attack on the trace, topology-agnostic and topology-aware, with the theory beside it.
 
-    Theory (``privacy.mixnet.theory``): per variant, Theorem 1's bound on the advantage with the
+    Theory (``mixnet.theory``): per variant, Theorem 1's bound on the advantage with the
     ideal ``H_inf = log2 O`` (``*_ideal_*``) and with the trace's average relay min-entropy
     (``*_trace_*``), Corollary 1 at the ``COMPROMISED`` fractions, and the sender posterior's
     average min-entropy ``-log2 E[max_s P(s | view)]`` (``*_sender_h_inf_bits``).

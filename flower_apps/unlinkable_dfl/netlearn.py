@@ -5,7 +5,7 @@
 
 Both runs go through Flower (ServerApp = the world, ClientApps = the learners) with one
 config; only the carrier of the fragments differs: ``simulation`` = the discrete-event
-simulator in virtual time, ``network`` = ``privacy.mixnet.net_cluster.LocalCluster``, one
+simulator in virtual time, ``network`` = ``mixnet.net_cluster.LocalCluster``, one
 OS process per node (real Sphinx packets over TLS on loopback, real seconds). At 100 %
 completeness FragFedAvg is order-independent and quantization is seeded per node and
 round, so the two accuracies must agree (up to nothing); any shortfall is lost fragments.

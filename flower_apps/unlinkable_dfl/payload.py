@@ -14,7 +14,7 @@ import numpy as np
 
 from flower_apps.unlinkable_dfl.models import MODELS, build_model, shareable_keys, state_vector
 from flower_apps.unlinkable_dfl.node import encode_state, fragment_layout
-from privacy.mixnet.constants import PacketFormat
+from mixnet.constants import PacketFormat
 
 MODEL_INPUTS = {"lenet5": (1, 28), "squeezenet": (3, 32), "mobilenetv2": (3, 32)}
 ENCODING_LABEL = {"float32": "32-bit", "q8": "8-bit"}

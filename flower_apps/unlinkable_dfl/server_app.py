@@ -38,7 +38,7 @@ from flower_apps.unlinkable_dfl.data import build_data_plan, data_key
 from flower_apps.unlinkable_dfl.models import build_model, shareable_keys, state_vector
 from flower_apps.unlinkable_dfl.node import fragment_layout
 from flower_apps.unlinkable_dfl.world import MEANINGFUL, World, honest_mean
-from privacy.mixnet.metrics import h_path, h_relay
+from mixnet.metrics import h_path, h_relay
 from strategies.cohorts import build_train_messages, exchange, plan_cohorts, planned_clients, wait_for_nodes
 from strategies.records import client_key
 from strategies.reply_rules import ReplyRules

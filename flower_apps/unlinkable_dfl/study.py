@@ -10,8 +10,8 @@ from datasets.registry import DATASETS
 from flower_apps.config import COMMON_KEYS, SHARED_KEYS, Key, KeyTable
 from flower_apps.unlinkable_dfl.fragment_pool import AGGREGATORS, KRUM_FALLBACKS
 from flower_apps.unlinkable_dfl.models import MODELS
-from privacy.mixnet.config import COVER_POLICIES
-from privacy.mixnet.topology import TOPOLOGIES
+from mixnet.config import COVER_POLICIES
+from mixnet.topology import TOPOLOGIES
 
 STUDY = "unlinkable-dfl"
 ACTION = "unlinkable_dfl"

@@ -2,7 +2,7 @@
 
 Three transports carry one round's fragments from sender to receiver:
 
-* ``mixnet``: the landed ``privacy.mixnet`` simulator with the study's K, O, mu, sigma and
+* ``mixnet``: the landed ``mixnet`` simulator with the study's K, O, mu, sigma and
   cover traffic: real Sphinx packets over relays, SURB acks, retransmission.
 * ``direct``: the same simulator with K = 1, O = 1, no cover and a 1 ms hold time, i.e.
   Sphinx-encrypted packets sent straight to the receiver (the "mixnet off" condition:
@@ -11,7 +11,7 @@ Three transports carry one round's fragments from sender to receiver:
   non-anonymous DFL FedAvg baseline exchanging full models with its neighbours).
 
 With ``network=True`` the ``mixnet`` / ``direct`` transports run as N real OS processes
-over TLS on loopback (``privacy.mixnet.net_cluster.LocalCluster``): the same MixNode code,
+over TLS on loopback (``mixnet.net_cluster.LocalCluster``): the same MixNode code,
 real seconds instead of virtual ones, no churn.
 
 The world also remembers who sent what (``MessageRecord``), for scoring only: receivers
@@ -27,9 +27,9 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from privacy.mixnet import MixnetConfig, Simulator, create_transport
-from privacy.mixnet.stats import NodeStats
-from privacy.mixnet.topology import Topology, make_topology
+from mixnet import MixnetConfig, Simulator, create_transport
+from mixnet.stats import NodeStats
+from mixnet.topology import Topology, make_topology
 
 DIRECT_MU = 1e-3  # hold time of the "mixnet off" transport (the config requires mu > 0)
 JOIN_SETTLE_S = 0.5  # virtual time for JOIN/VIEW floods before a round's sends

@@ -20,12 +20,12 @@ from privacy.fragments import (
 )
 from privacy.quantization import dequantize_uint8, stochastic_quantize_uint8
 
-CAPACITY = 9_894  # application bytes of one Sphinx packet with a 10,240-byte body (privacy.mixnet)
+CAPACITY = 9_894  # application bytes of one Sphinx packet with a 10,240-byte body (mixnet)
 
 
 def test_packet_capacity_is_what_the_mixnet_carries_in_one_packet():
-    from privacy.mixnet.constants import PacketFormat
-    from privacy.mixnet.messages import fragment_capacity
+    from mixnet.constants import PacketFormat
+    from mixnet.messages import fragment_capacity
 
     assert fragment_capacity(PacketFormat(5, 10_240)) == CAPACITY
 

@@ -9,6 +9,12 @@ window, key rotation), ``identity`` (signed peer records), ``routing`` /
 (virtual time, adversary trace), ``net_*`` (one process per node over TLS),
 ``metrics`` (entropy, min-entropy), ``theory`` (gamma_T and the bounds on the
 passive adversary's linking advantage). See ``docs/mixnet.md``.
+
+Where it sits: a shared package beside ``privacy`` (its own package because it is an
+asyncio/TLS transport, not the pure math ``privacy`` holds). Arrows point one way:
+``flower_apps`` and ``attacks`` (the linking attacks read its ``AdversaryView``) import
+``mixnet``; ``mixnet`` imports only ``registry`` (its topologies) and may import ``privacy``'s
+pure math, and ``privacy`` never imports ``mixnet`` (tests/test_import_graph.py checks both).
 """
 
 from .config import MixnetConfig

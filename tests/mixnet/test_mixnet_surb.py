@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from privacy.mixnet.crypto import SeededRandomSource
-from privacy.mixnet.errors import InvalidPayload, InvalidSURB, ReplayDetected
-from privacy.mixnet.header import encode_address
-from privacy.mixnet.packet import Reply
-from privacy.mixnet.replay import ReplayCache
-from privacy.mixnet.surb import SURB, SURBGuard, SURBStore, create_surb, reply_packet
-from privacy.mixnet.testing import SMALL_FORMAT, make_hops, make_keys, walk
+from mixnet.crypto import SeededRandomSource
+from mixnet.errors import InvalidPayload, InvalidSURB, ReplayDetected
+from mixnet.header import encode_address
+from mixnet.packet import Reply
+from mixnet.replay import ReplayCache
+from mixnet.surb import SURB, SURBGuard, SURBStore, create_surb, reply_packet
+from mixnet.testing import SMALL_FORMAT, make_hops, make_keys, walk
 
 KEYS = make_keys(6, seed=3)
 HOPS = make_hops(KEYS)

@@ -6,10 +6,10 @@ version || endpoint`` with its Ed25519 identity key (RFC 8032, ``cryptography``)
 Peers pin the identity key of each node they know, and replace a known node's
 record only with a newer one (higher ``version``) signed under that pinned
 key, so a record relayed by a third party cannot re-key or re-point a node
-(see :meth:`~privacy.mixnet.peers.PeerView.add`).
+(see :meth:`~mixnet.peers.PeerView.add`).
 
 Ed25519 signatures are deterministic, so a seeded simulation (identity keys
-from :class:`~privacy.mixnet.crypto.SeededRandomSource`) signs the same bytes
+from :class:`~mixnet.crypto.SeededRandomSource`) signs the same bytes
 on every run.
 
 ``version`` = ``epoch << EPOCH_SHIFT | generation``: the epoch grows with each

@@ -6,9 +6,9 @@ import ssl
 
 import pytest
 
-from privacy.mixnet.config import MixnetConfig
-from privacy.mixnet.net_cluster import LocalCluster
-from privacy.mixnet.net_tls import (
+from mixnet.config import MixnetConfig
+from mixnet.net_cluster import LocalCluster
+from mixnet.net_tls import (
     client_context,
     generate_ca,
     issue_node_certificate,
@@ -16,7 +16,7 @@ from privacy.mixnet.net_tls import (
     write_cert,
     write_key,
 )
-from privacy.mixnet.transport import create_transport
+from mixnet.transport import create_transport
 
 CFG = MixnetConfig(max_path_length=2, outbox_size=4, payload_size=2048, mu=0.02, ack_timeout=0.6,
                    transport="network")

@@ -8,8 +8,8 @@ from collections import Counter
 import pytest
 from scipy import stats
 
-from privacy.mixnet.routing import path_length_probabilities, sample_delays, sample_route
-from privacy.mixnet.topology import TOPOLOGIES, circulant, full_mesh, make_topology, register_topology
+from mixnet.routing import path_length_probabilities, sample_delays, sample_route
+from mixnet.topology import TOPOLOGIES, circulant, full_mesh, make_topology, register_topology
 
 N_SAMPLES = 6000
 ALPHA = 1e-3

@@ -13,7 +13,7 @@
   ``<= log2(#candidates)``; it falls short of ``H_relay`` when batches are not
   full or timing gives inputs away.
 
-Attack/diagnostic functions receive only an :class:`~privacy.mixnet.trace.AdversaryView`;
+Attack/diagnostic functions receive only an :class:`~mixnet.trace.AdversaryView`;
 ground truth enters only in :func:`relay_linking_accuracy`, which scores them.
 """
 

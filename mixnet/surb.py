@@ -86,8 +86,8 @@ def reply_packet(fmt: PacketFormat, surb: SURB, plaintext: bytes) -> bytes:
 def open_reply(fmt: PacketFormat, secret: SURBSecret, body: bytes) -> bytes:
     """Creator side: undo the relays' layers and the replier's, then check the zero prefix.
 
-    ``body`` is what :func:`~privacy.mixnet.packet.process_packet` returned in
-    :class:`~privacy.mixnet.packet.Reply`: the creator's own layer is already removed.
+    ``body`` is what :func:`~mixnet.packet.process_packet` returned in
+    :class:`~mixnet.packet.Reply`: the creator's own layer is already removed.
     """
     if len(body) != fmt.payload_size:
         raise InvalidPayload(f"body must be {fmt.payload_size} bytes, got {len(body)}")
@@ -128,7 +128,7 @@ class SURBGuard:
     """Replier side: refuse to send a second reply on the same SURB.
 
     Remembers SURB digests in a bounded two-generation set (see
-    :mod:`privacy.mixnet.replay`); beyond that window the first hop's replay
+    :mod:`mixnet.replay`); beyond that window the first hop's replay
     cache still drops the duplicate.
     """
 

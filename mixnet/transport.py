@@ -29,8 +29,8 @@ class Transport(Protocol):
 def create_transport(config: MixnetConfig, n_nodes: int, seed: int = 0, **options: Any) -> Transport:
     """A started transport of ``n_nodes`` peers, chosen by ``config.transport``.
 
-    ``options`` go to :class:`~privacy.mixnet.simulator.Simulator` (topology,
-    latency, loss, ...) or :class:`~privacy.mixnet.net_cluster.LocalCluster`
+    ``options`` go to :class:`~mixnet.simulator.Simulator` (topology,
+    latency, loss, ...) or :class:`~mixnet.net_cluster.LocalCluster`
     (workdir, startup_timeout). Call ``close()`` when done (a cluster owns processes).
     """
     if config.transport == "simulation":

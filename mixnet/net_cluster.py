@@ -1,7 +1,7 @@
 """Start and drive N node processes on loopback (the real-network mode).
 
 :class:`LocalCluster` generates a CA and one certificate per node, spawns one
-``privacy.mixnet.net_node`` process each, hands every node the bootstrap
+``mixnet.net_node`` process each, hands every node the bootstrap
 directory (each node's signed record: id, Sphinx public key, endpoint,
 Ed25519 identity key), and exposes the same calls as
 the simulator: ``send``, ``inbox``, ``run_until_idle``, ``node_stats``.
@@ -38,7 +38,7 @@ class _Process:
         self.node_id = node_id
         self._log = log_path.open("wb")
         self.popen = subprocess.Popen(
-            [sys.executable, "-m", "privacy.mixnet.net_node", "--config", str(spec_path)],
+            [sys.executable, "-m", "mixnet.net_node", "--config", str(spec_path)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log,
         )
         self.lines: queue.Queue[dict] = queue.Queue()

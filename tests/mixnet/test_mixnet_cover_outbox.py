@@ -8,14 +8,14 @@ import statistics
 import pytest
 from scipy import stats
 
-from privacy.mixnet.config import MixnetConfig
-from privacy.mixnet.crypto import SeededRandomSource
-from privacy.mixnet.messages import Cover, DataFragment, decode_message, encode_cover, encode_data
-from privacy.mixnet.outbox import Outbox, OutboxItem, mix_batch, release_delays
-from privacy.mixnet.packet import Deliver, Forward, create_packet, process_packet
-from privacy.mixnet.simulator import Simulator
-from privacy.mixnet.surb import create_surb
-from privacy.mixnet.testing import SMALL_FORMAT, make_hops, make_keys, walk
+from mixnet.config import MixnetConfig
+from mixnet.crypto import SeededRandomSource
+from mixnet.messages import Cover, DataFragment, decode_message, encode_cover, encode_data
+from mixnet.outbox import Outbox, OutboxItem, mix_batch, release_delays
+from mixnet.packet import Deliver, Forward, create_packet, process_packet
+from mixnet.simulator import Simulator
+from mixnet.surb import create_surb
+from mixnet.testing import SMALL_FORMAT, make_hops, make_keys, walk
 
 KEYS = make_keys(4, seed=6)
 HOPS = make_hops(KEYS)

@@ -7,7 +7,7 @@ Mix Format" (S&P 2009) over X25519:
   blinds ``alpha_{i+1} = b_i alpha_i`` with ``b_i`` derived from ``(alpha_i, s_i)``.
   Scalar multiplication commutes, so the sender reaches the same ``s_i`` as
   ``(x b_0 ... b_{i-1} mod L) Y_i`` and ``alpha_i`` as that scalar times ``G``
-  (X25519 clamps; see :func:`~privacy.mixnet.crypto.scalar_for_x25519`).
+  (X25519 clamps; see :func:`~mixnet.crypto.scalar_for_x25519`).
 * ``beta`` holds ``r`` fixed-size routing blocks encrypted with ChaCha20 under
   ``h_rho(s_i)``; the filler keeps its length constant after each peel.
 * ``gamma = HMAC(h_mu(s_i), alpha_i || beta_i)`` (covering alpha too is a

@@ -2,7 +2,7 @@
 
 A view maps node ids to signed peer records: the node's Sphinx public key and,
 in network mode, its ``host:port``, signed by the node's Ed25519 identity key
-(:mod:`privacy.mixnet.identity`). Peers enter through JOIN/VIEW control
+(:mod:`mixnet.identity`). Peers enter through JOIN/VIEW control
 messages and leave the routable set when a connectivity check fails; missed
 acknowledgements only raise suspicion, which triggers such a check.
 
@@ -11,7 +11,7 @@ identity key; afterwards only a newer record signed under that key replaces it,
 whoever relays it. A record under another identity is a hijack attempt and is
 refused, unless it comes from the node itself over its authenticated link or
 from the trusted bootstrap directory. A key enters a view only after
-:func:`~privacy.mixnet.crypto.validate_public_key`: one low-order key in a view
+:func:`~mixnet.crypto.validate_public_key`: one low-order key in a view
 would make every packet routed through that peer impossible to build. The view
 holds at most ``max_peers`` records.
 """
@@ -65,13 +65,13 @@ class PeerInfo:
 
     @property
     def key(self) -> X25519PublicKey:
-        """The validated public key; raises :class:`~privacy.mixnet.errors.InvalidPeerKey` if it is bad."""
+        """The validated public key; raises :class:`~mixnet.errors.InvalidPeerKey` if it is bad."""
         if self._key is None:  # validated and parsed once, reused for every packet to this peer
             self._key = X25519PublicKey.from_public_bytes(validate_public_key(self.public_key))
         return self._key
 
     def verify(self) -> None:
-        """Raise :class:`~privacy.mixnet.errors.InvalidPeerRecord` unless the record is signed by ``identity``."""
+        """Raise :class:`~mixnet.errors.InvalidPeerRecord` unless the record is signed by ``identity``."""
         if not self._verified:  # cached: the simulator hands one object to every node
             verify(self.identity, self.signature,
                    signed_body(self.node_id, self.public_key, self.identity, self.version, self.endpoint))
@@ -132,8 +132,8 @@ class PeerView:
     def add(self, info: PeerInfo, authority: Authority = Authority.RELAYED) -> Outcome:
         """Learn or refresh a peer record and mark it routable.
 
-        Raises :class:`~privacy.mixnet.errors.InvalidPeerKey` (bad X25519 key) or
-        :class:`~privacy.mixnet.errors.InvalidPeerRecord` (bad signature) and
+        Raises :class:`~mixnet.errors.InvalidPeerKey` (bad X25519 key) or
+        :class:`~mixnet.errors.InvalidPeerRecord` (bad signature) and
         changes nothing; refusals by policy are returned as an :class:`Outcome`.
         """
         if info.node_id == self.self_id:

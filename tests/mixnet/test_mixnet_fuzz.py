@@ -5,14 +5,14 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from privacy.mixnet import wire
-from privacy.mixnet.crypto import SeededRandomSource
-from privacy.mixnet.errors import InvalidFrame, MixnetError
-from privacy.mixnet.messages import decode_message
-from privacy.mixnet.packet import Deliver, Forward, create_packet, process_packet
-from privacy.mixnet.replay import ReplayCache
-from privacy.mixnet.surb import SURB
-from privacy.mixnet.testing import SMALL_FORMAT, make_hops, make_keys
+from mixnet import wire
+from mixnet.crypto import SeededRandomSource
+from mixnet.errors import InvalidFrame, MixnetError
+from mixnet.messages import decode_message
+from mixnet.packet import Deliver, Forward, create_packet, process_packet
+from mixnet.replay import ReplayCache
+from mixnet.surb import SURB
+from mixnet.testing import SMALL_FORMAT, make_hops, make_keys
 
 KEYS = make_keys(3, seed=8)
 HOPS = make_hops(KEYS)

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from scipy import integrate, stats
 
-from privacy.mixnet.config import MixnetConfig
-from privacy.mixnet.metrics import (
+from mixnet.config import MixnetConfig
+from mixnet.metrics import (
     h_path,
     h_relay,
     hold_time_density,
@@ -17,8 +17,8 @@ from privacy.mixnet.metrics import (
     relay_mapping_entropy,
     shannon_entropy,
 )
-from privacy.mixnet.simulator import Simulator
-from privacy.mixnet.trace import AdversaryView, TraceRecord
+from mixnet.simulator import Simulator
+from mixnet.trace import AdversaryView, TraceRecord
 
 
 def test_paper_entropies_hand_computed():

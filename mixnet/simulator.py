@@ -1,6 +1,6 @@
 """Discrete-event simulation of a whole mixnet in one process, in virtual time.
 
-Every node is a real :class:`~privacy.mixnet.node.MixNode` doing real Sphinx
+Every node is a real :class:`~mixnet.node.MixNode` doing real Sphinx
 work on real packet bytes; the simulator only supplies the clock, timers and
 links. Links add a latency (plus optional truncated-Gaussian jitter) and lose
 frames with a given probability; sending to a node that is down fails after
@@ -44,7 +44,7 @@ class _Timer:
 
 @dataclass
 class _SimEnv:
-    """The :class:`~privacy.mixnet.node.NodeEnvironment` of one simulated node."""
+    """The :class:`~mixnet.node.NodeEnvironment` of one simulated node."""
 
     sim: Simulator
     node_id: int

@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 
 from flower_apps.unlinkable_dfl.netexp import TrafficSpec, linking_scores, run_traffic
-from privacy.mixnet.metrics import relay_min_entropy
-from privacy.mixnet.theory import (
+from mixnet.metrics import relay_min_entropy
+from mixnet.theory import (
     advantage_bound, gamma_t, ideal_relay_min_entropy, min_entropy, path_length_prior, theory_row,
 )
-from privacy.mixnet.trace import AdversaryView, TraceRecord
+from mixnet.trace import AdversaryView, TraceRecord
 
 
 def test_min_entropy_hand_computed():

@@ -58,7 +58,7 @@ class MixnetConfig:
     payload_size, header_hops
         Packet format: body bytes and the header's hop capacity ``r >= K``.
     replay_capacity
-        Tags per replay-cache generation (see :mod:`privacy.mixnet.replay`).
+        Tags per replay-cache generation (see :mod:`mixnet.replay`).
     suspicion_threshold
         Missed acks blamed on a peer before it is probed with a connectivity check.
     path_length_weights

@@ -15,16 +15,16 @@ from dataclasses import replace
 
 import pytest
 
-from privacy.mixnet import wire
-from privacy.mixnet.config import MixnetConfig
-from privacy.mixnet.crypto import SeededRandomSource
-from privacy.mixnet.messages import DataFragment, encode_cover, encode_data
-from privacy.mixnet.net_cluster import LocalCluster
-from privacy.mixnet.net_tls import client_context, node_name
-from privacy.mixnet.peers import PeerInfo
-from privacy.mixnet.simulator import Simulator
-from privacy.mixnet.surb import create_surb
-from privacy.mixnet.testing import attacker_record, frame_to, make_hops
+from mixnet import wire
+from mixnet.config import MixnetConfig
+from mixnet.crypto import SeededRandomSource
+from mixnet.messages import DataFragment, encode_cover, encode_data
+from mixnet.net_cluster import LocalCluster
+from mixnet.net_tls import client_context, node_name
+from mixnet.peers import PeerInfo
+from mixnet.simulator import Simulator
+from mixnet.surb import create_surb
+from mixnet.testing import attacker_record, frame_to, make_hops
 
 CFG = MixnetConfig(max_path_length=2, outbox_size=4, payload_size=1024, mu=0.05, ack_timeout=2.0)
 ATTACKER = 2  # an honest-looking, authenticated member of the network

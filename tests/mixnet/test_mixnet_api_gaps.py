@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-import privacy.mixnet as mixnet
-from privacy.mixnet.config import MixnetConfig
-from privacy.mixnet.constants import PacketFormat
-from privacy.mixnet.simulator import Simulator
-from privacy.mixnet.trace import AdversaryView
+import mixnet
+from mixnet.config import MixnetConfig
+from mixnet.constants import PacketFormat
+from mixnet.simulator import Simulator
+from mixnet.trace import AdversaryView
 
 CFG = MixnetConfig(max_path_length=2, outbox_size=4, payload_size=1024, mu=0.05, ack_timeout=2.0)
 

@@ -11,7 +11,7 @@
 
 Control frames are not mixed: they are small, infrequent membership traffic.
 In network mode the TLS link authenticates who sent a frame; the record's
-signature (by the node it describes, :mod:`privacy.mixnet.identity`) is what
+signature (by the node it describes, :mod:`mixnet.identity`) is what
 makes a relayed record trustworthy. Parsing only checks lengths; signatures
 are checked where a record enters a view.
 """

@@ -6,15 +6,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from privacy.mixnet import wire
-from privacy.mixnet.config import MixnetConfig
-from privacy.mixnet.constants import PacketFormat
-from privacy.mixnet.crypto import SeededRandomSource
-from privacy.mixnet.errors import InvalidPayload
-from privacy.mixnet.messages import Ack, DataFragment, decode_message, encode_ack, encode_data, fragment_capacity
-from privacy.mixnet.peers import PeerInfo
-from privacy.mixnet.surb import create_surb
-from privacy.mixnet.testing import SMALL_FORMAT, make_hops, make_keys
+from mixnet import wire
+from mixnet.config import MixnetConfig
+from mixnet.constants import PacketFormat
+from mixnet.crypto import SeededRandomSource
+from mixnet.errors import InvalidPayload
+from mixnet.messages import Ack, DataFragment, decode_message, encode_ack, encode_data, fragment_capacity
+from mixnet.peers import PeerInfo
+from mixnet.surb import create_surb
+from mixnet.testing import SMALL_FORMAT, make_hops, make_keys
 
 
 @pytest.mark.parametrize(

@@ -13,8 +13,8 @@ import hashlib
 import pytest
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
 
-from privacy.mixnet import header as header_module
-from privacy.mixnet.crypto import (
+from mixnet import header as header_module
+from mixnet.crypto import (
     CURVE25519_L,
     SeededRandomSource,
     clamped_scalar,
@@ -22,10 +22,10 @@ from privacy.mixnet.crypto import (
     scalarmult,
     scalarmult_base,
 )
-from privacy.mixnet.errors import InvalidHeader
-from privacy.mixnet.packet import Deliver, create_packet
-from privacy.mixnet.surb import create_surb
-from privacy.mixnet.testing import SMALL_FORMAT, make_hops, make_keys, walk
+from mixnet.errors import InvalidHeader
+from mixnet.packet import Deliver, create_packet
+from mixnet.surb import create_surb
+from mixnet.testing import SMALL_FORMAT, make_hops, make_keys, walk
 
 KEYS = make_keys(7, seed=1)
 HOPS = make_hops(KEYS)

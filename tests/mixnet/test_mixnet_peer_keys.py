@@ -11,15 +11,15 @@ import struct
 
 import pytest
 
-from privacy.mixnet import wire
-from privacy.mixnet.config import MixnetConfig
-from privacy.mixnet.crypto import CURVE25519_P, SeededRandomSource, public_bytes, validate_public_key
-from privacy.mixnet.errors import InvalidPeerKey
-from privacy.mixnet.header import encode_address
-from privacy.mixnet.peers import PeerInfo
-from privacy.mixnet.simulator import Simulator
-from privacy.mixnet.stats import NodeStats
-from privacy.mixnet.testing import make_keys
+from mixnet import wire
+from mixnet.config import MixnetConfig
+from mixnet.crypto import CURVE25519_P, SeededRandomSource, public_bytes, validate_public_key
+from mixnet.errors import InvalidPeerKey
+from mixnet.header import encode_address
+from mixnet.peers import PeerInfo
+from mixnet.simulator import Simulator
+from mixnet.stats import NodeStats
+from mixnet.testing import make_keys
 
 CFG = MixnetConfig(max_path_length=2, outbox_size=4, payload_size=1024, mu=0.05, ack_timeout=2.0)
 ZERO_KEY = bytes(32)

@@ -3,10 +3,10 @@
 The same :class:`MixNode` runs in the discrete-event simulator and in the
 one-process-per-node network mode; only the :class:`NodeEnvironment` (clock,
 timers, links) differs. Every Sphinx packet it receives is processed with its
-own private key by :func:`~privacy.mixnet.packet.process_packet`, through its
-:class:`~privacy.mixnet.keyring.SphinxKeyring` (rotated at each replay-cache
+own private key by :func:`~mixnet.packet.process_packet`, through its
+:class:`~mixnet.keyring.SphinxKeyring` (rotated at each replay-cache
 generation swap). Peer records are signed by the node they describe and
-checked where they enter the view (:mod:`privacy.mixnet.peers`).
+checked where they enter the view (:mod:`mixnet.peers`).
 """
 
 from __future__ import annotations

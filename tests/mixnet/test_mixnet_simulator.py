@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from privacy.mixnet import wire
-from privacy.mixnet.config import MixnetConfig
-from privacy.mixnet.crypto import SeededRandomSource
-from privacy.mixnet.messages import fragment_capacity
-from privacy.mixnet.packet import create_packet
-from privacy.mixnet.simulator import Simulator
-from privacy.mixnet.trace import TraceRecord
+from mixnet import wire
+from mixnet.config import MixnetConfig
+from mixnet.crypto import SeededRandomSource
+from mixnet.messages import fragment_capacity
+from mixnet.packet import create_packet
+from mixnet.simulator import Simulator
+from mixnet.trace import TraceRecord
 
 CFG = MixnetConfig(max_path_length=2, outbox_size=4, payload_size=1024, mu=0.05, ack_timeout=2.0)
 

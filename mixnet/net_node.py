@@ -1,6 +1,6 @@
 """One mixnet node as an OS process: the same :class:`MixNode`, over mutual-TLS TCP links.
 
-Run as ``python -m privacy.mixnet.net_node --config node.json``. The process
+Run as ``python -m mixnet.net_node --config node.json``. The process
 listens on ``127.0.0.1`` (port chosen by the OS), prints one JSON ``ready`` line
 with its port and its signed peer record (Sphinx public key, Ed25519 identity
 key, version, signature; :func:`record_json`), then serves JSON-line commands on stdin
@@ -45,7 +45,7 @@ MAX_FRAME = 1 << 20
 
 
 class AsyncioEnv:
-    """:class:`~privacy.mixnet.node.NodeEnvironment` over an asyncio loop and TLS links."""
+    """:class:`~mixnet.node.NodeEnvironment` over an asyncio loop and TLS links."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, client_ctx: ssl.SSLContext) -> None:
         self.loop = loop

@@ -8,13 +8,13 @@ import random
 import pytest
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
 
-from privacy.mixnet import constants as C
-from privacy.mixnet.constants import PacketFormat
-from privacy.mixnet.crypto import SeededRandomSource, lioness_decrypt, lioness_encrypt
-from privacy.mixnet.errors import InvalidHeader, InvalidPacket, InvalidPayload, MixnetError, ReplayDetected
-from privacy.mixnet.packet import Deliver, Forward, create_packet, process_packet
-from privacy.mixnet.replay import ReplayCache
-from privacy.mixnet.testing import SMALL_FORMAT, make_hops, make_keys, walk
+from mixnet import constants as C
+from mixnet.constants import PacketFormat
+from mixnet.crypto import SeededRandomSource, lioness_decrypt, lioness_encrypt
+from mixnet.errors import InvalidHeader, InvalidPacket, InvalidPayload, MixnetError, ReplayDetected
+from mixnet.packet import Deliver, Forward, create_packet, process_packet
+from mixnet.replay import ReplayCache
+from mixnet.testing import SMALL_FORMAT, make_hops, make_keys, walk
 
 KEYS = make_keys(7, seed=1)
 HOPS = make_hops(KEYS)

@@ -5,7 +5,7 @@ link and size; knows K, O, mu and the learning topology) that wants to name the 
 fragment delivered to a receiver ``D``, optionally helped by a fraction ``c`` of relays that
 collude with it (Corollary 1). Payload content is out of scope (see the curious-recipient
 attack). Pure functions of numbers only; the trace-based inputs come from
-:func:`privacy.mixnet.metrics.relay_min_entropy`.
+:func:`mixnet.metrics.relay_min_entropy`.
 
 The UnlinkableDFL paper (Feng et al., arXiv 2602.21343, v2) states Theorem 1 / Corollary 1
 in terms of the posterior min-entropy ``H_inf`` of a relay shuffle and a quantity ``gamma_T``;
