@@ -371,6 +371,28 @@ class StudySpec:
     build_config: Any  # Callable[[dict], frozen dataclass], raises ConfigError
     server_main: Any  # Callable[[Grid, config], dict]  (returns the run summary)
     client_train: Any  # Callable[[Message, Context], Message]
+    # Callable[[config], int]: the SuperNodes a run needs (simulations start that many); default_nodes
+    nodes: Any = None
+    card: Any = None  # flower_apps.common.report_card.CardSpec: the study's report card (python -m flower_apps.report)
+
+    def nodes_needed(self, cfg: Any) -> int:
+        """SuperNodes a run of ``cfg`` needs: the study's ``nodes`` rule, else :func:`default_nodes`."""
+        n = (self.nodes or default_nodes)(cfg)
+        if not isinstance(n, int) or n < 1:
+            raise ValueError(f"study {self.name!r}: its nodes rule gave {n!r} SuperNodes; expected an int >= 1")
+        return n
+
+
+def default_nodes(cfg: Any) -> int:
+    """ceil(num_clients / clients_per_message): one SuperNode per message of a round that trains every client.
+
+    A config without ``num_clients`` is refused: its study must say how many nodes it needs (a
+    ``nodes_needed(cfg)`` in its config.py, or ``StudySpec.nodes``) rather than get a guess.
+    """
+    if not hasattr(cfg, "num_clients"):
+        raise ValueError(f"{type(cfg).__name__} has no num_clients: give the study a nodes rule "
+                         "(nodes_needed(cfg) in its config.py, or StudySpec(nodes=...))")
+    return max(1, -(-int(cfg.num_clients) // int(getattr(cfg, "clients_per_message", 1))))
 
 
 def resolve(raw: dict[str, Any], studies: dict[str, StudySpec],

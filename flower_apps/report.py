@@ -1,10 +1,12 @@
-"""One page with the privacy report card of every finished study sweep.
+"""One page with the privacy report card of every registered study that has finished runs.
 
     python -m flower_apps.report [--results-dir results] [--studies dfl-dp tabular-pdp ...]
 
-For each study with finished runs under ``<results-dir>/<study>/runs/`` it writes the study's card
-(``report_card.{csv,md,png}`` in ``<results-dir>/<study>/``, :mod:`flower_apps.common.report_card`)
-and then ``<results-dir>/report_card.md`` with all cards, and says which studies have no results.
+The studies are the registered ones with a report card (``StudySpec.card``: a built-in study's
+``card.py``, or ``register_study`` for any other). For each with finished runs under
+``<results-dir>/<study>/runs/`` it writes the study's card (``report_card.{csv,md,png}`` in
+``<results-dir>/<study>/``, :mod:`flower_apps.common.report_card`) and then
+``<results-dir>/report_card.md`` with all cards, and says which studies have no results.
 """
 
 from __future__ import annotations
@@ -12,20 +14,30 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from flower_apps.common.report_card import STUDIES, write_card
+from flower_apps.common.report_card import write_card
 from flower_apps.common.results import atomic_write_text
+from flower_apps.studies import STUDIES
 
 
-def write_page(results_dir: str | Path, studies: tuple[str, ...] = STUDIES) -> tuple[str, list[str]]:
+def carded_studies() -> tuple[str, ...]:
+    """Registered studies with a report card, in registration order."""
+    return tuple(name for name, spec in STUDIES.items() if spec.card is not None)
+
+
+def write_page(results_dir: str | Path, studies: tuple[str, ...] | None = None) -> tuple[str, list[str]]:
     """(the page's Markdown, the studies with a card); the page is written to ``report_card.md``."""
     root = Path(results_dir)
     if not root.is_dir():
         raise FileNotFoundError(f"results directory {root} does not exist")
+    studies = carded_studies() if studies is None else studies
+    unknown = [s for s in studies if s not in carded_studies()]
+    if unknown:
+        raise ValueError(f"no report card registered for {unknown}; studies with one: {list(carded_studies())}")
     parts, done, missing = ["# Privacy report card: all studies\n"], [], []
     for study in studies:
         study_dir = root / study
         try:
-            md = write_card(study, study_dir)
+            md = write_card(STUDIES[study].card, study_dir)
         except FileNotFoundError:
             missing.append(study)
             continue
@@ -42,7 +54,7 @@ def write_page(results_dir: str | Path, studies: tuple[str, ...] = STUDIES) -> t
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m flower_apps.report", description=__doc__.split("\n\n")[0])
     p.add_argument("--results-dir", default="results")
-    p.add_argument("--studies", nargs="+", choices=STUDIES, default=list(STUDIES))
+    p.add_argument("--studies", nargs="+", choices=carded_studies(), default=list(carded_studies()))
     args = p.parse_args(argv)
     try:
         page, done = write_page(args.results_dir, tuple(args.studies))

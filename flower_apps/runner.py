@@ -52,7 +52,7 @@ def run_config_in_process(overrides: dict[str, Any], num_supernodes: int | None 
         folder = run_folder(spec.name, cfg)
         check_run_folder(folder, cfg)
         check_rerun(folder, cfg)
-    n = num_supernodes or _nodes_needed(cfg)
+    n = num_supernodes or spec.nodes_needed(cfg)
     simulate(make_server_app(overrides), n, num_cpus, num_gpus)
 
 
@@ -111,9 +111,3 @@ def task_identity():
         yield
     finally:
         TaskIdentity._task_id, TaskIdentity._run_id, TaskIdentity._node_id = old
-
-
-def _nodes_needed(cfg: Any) -> int:
-    n = getattr(cfg, "num_clients", 2)
-    k = getattr(cfg, "clients_per_message", 1)
-    return max(1, -(-n // k))

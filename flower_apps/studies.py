@@ -6,7 +6,10 @@ A study is a package ``flower_apps/<pkg>/`` with:
   :class:`flower_apps.config.KeyTable`: the one declaration of each run key it adds);
   it imports nothing else of its package, so ``config.py`` can read the keys without a cycle;
 * ``config.py``: ``PRESETS`` and ``build_config`` (the cross-field rules and the frozen dataclass);
-* ``server_app.py``: ``server_main``; ``client_app.py``: ``train``.
+* ``server_app.py``: ``server_main``; ``client_app.py``: ``train``;
+* optional: ``nodes_needed(cfg)`` in ``config.py`` (the SuperNodes a run needs; default
+  ``ceil(num_clients / clients_per_message)``) and ``card.py`` with ``CARD`` (its report card,
+  :class:`flower_apps.common.report_card.CardSpec`; ``python -m flower_apps.report`` lists it).
 
 The packages listed in ``BUILTIN`` are registered at import when present.
 """
@@ -40,6 +43,8 @@ def register_study(spec: StudySpec) -> None:
         if prior.declaration() != key.declaration():
             raise ValueError(f"study {spec.name!r}: key {key.name!r} is declared again with another type or doc; "
                              "declare it once (flower_apps.config.SHARED_KEYS) and list it in both studies")
+    if spec.card is not None and getattr(spec.card, "study", spec.name) != spec.name:
+        raise ValueError(f"study {spec.name!r} registers the report card of {spec.card.study!r}")
     DECLARED.update({k.name: k for k in spec.keys.own})
     RUN_CONFIG_DEFAULTS.update({k.name: k.default for k in spec.keys.own})
     STUDIES[spec.name] = spec
@@ -51,8 +56,10 @@ def load_study(pkg: str) -> StudySpec:
     config = importlib.import_module(f"flower_apps.{pkg}.config")
     server_app = importlib.import_module(f"flower_apps.{pkg}.server_app")
     client_app = importlib.import_module(f"flower_apps.{pkg}.client_app")
+    card = (importlib.import_module(f"flower_apps.{pkg}.card").CARD
+            if importlib.util.find_spec(f"flower_apps.{pkg}.card") is not None else None)
     return StudySpec(study.STUDY, study.ACTION, study.KEYS, config.PRESETS, config.build_config,
-                     server_app.server_main, client_app.train)
+                     server_app.server_main, client_app.train, nodes=getattr(config, "nodes_needed", None), card=card)
 
 
 def _register_builtin() -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -30,10 +31,70 @@ NOT_RUN = "not run"
 AUDITED = "skipped: audited run"
 AUDITED_TAG = " [audited]"
 TWIN_NOTE = " (audited twin)"
-STUDIES = ("dfl-dp", "tabular-pdp", "ultrasound", "unlinkable-dfl")
 
 
-def _runs(study_dir: Path) -> list[tuple[Path, dict]]:
+#: A column of the card beside the common ones: (header, cell of a condition's records).
+Column = tuple[str, Callable[[list[dict]], str]]
+
+
+@dataclass(frozen=True)
+class CardSpec:
+    """What one study's report card needs: a collector and how to show what it collects.
+
+    ``collect(study_dir)`` returns one record per finished run (or per run and part): ``condition``,
+    ``seed``, ``utility``, ``eps`` (``math.inf`` without DP), ``delta``, ``audited_eps`` and any of
+    ``mia_auc`` / ``mia_tpr_0.001`` / ``mia_attack`` (:func:`strongest_mia`), ``attack_skipped``, and the
+    keys its ``columns`` read; ``_config`` (the run's config.json) separates conditions a label merges.
+    A study registers its card in its StudySpec (``card.py`` of a built-in study, flower_apps.studies).
+    """
+
+    study: str
+    collect: Callable[[Path], list[dict]]
+    utility: str = "test accuracy (%)"
+    utility_digits: int = 2
+    columns: tuple[Column, ...] = ()
+
+
+def column(header: str, key: str, digits: int = 3) -> Column:
+    """A card column of the records' ``key`` over seeds (mean +- SD [t-interval]), or why it is empty."""
+    return header, lambda recs: cell(recs, key, digits)
+
+
+def summary_card(study: str, utility_key: str = "final_acc", scale: float = 100.0, eps_key: str = "eps",
+                 delta_key: str = "delta", condition: Callable[[dict], str] | None = None,
+                 utility: str = "test accuracy (%)") -> CardSpec:
+    """A card for a study whose ``summary.json`` holds its utility and epsilon at the top level.
+
+    ``condition(config)`` labels a run (default: the study's ``<results-dir>/<study>/runs`` name without
+    its ``_s<seed>`` suffix); membership attack rows are read from ``attacks_mia.json`` when present and the
+    audited epsilon from ``audit.json``.
+    """
+    def label(run: Path, cfg: dict) -> str:
+        if condition is not None:
+            return condition(cfg)
+        name = run.name
+        return name.rsplit("_s", 1)[0] if name.rsplit("_s", 1)[-1].isdigit() else name
+
+    def collect(study_dir: Path) -> list[dict]:
+        out = []
+        for run, s in finished_runs(study_dir):
+            cfg = optional_json(run / "config.json") or {}
+            eps = s.get(eps_key)
+            rec = {"condition": label(run, cfg), "seed": s.get("seed", cfg.get("seed")),
+                   "utility": None if s.get(utility_key) is None else scale * float(s[utility_key]),
+                   "eps": math.inf if eps is None else float(eps), "delta": s.get(delta_key),
+                   "audited_eps": audited_epsilon(run), "_config": cfg or None}
+            if is_audited_run(run, s):
+                out.append(audited_record(rec))
+                continue
+            out.append({**rec, **strongest_mia(attack_rows(optional_json(run / "attacks_mia.json")))})
+        return out
+
+    return CardSpec(study, collect, utility)
+
+
+def finished_runs(study_dir: Path) -> list[tuple[Path, dict]]:
+    """(run folder, its summary) of every finished run under ``<study_dir>/runs``, by name."""
     out = []
     for run in sorted((study_dir / "runs").glob("*/")):
         if (run / "summary.json").is_file():
@@ -41,11 +102,12 @@ def _runs(study_dir: Path) -> list[tuple[Path, dict]]:
     return out
 
 
-def _json(path: Path):
+def optional_json(path: Path):
+    """The JSON at ``path``, or None when there is no such file."""
     return read_json(path) if path.is_file() else None
 
 
-def _rows(obj) -> list[dict]:
+def attack_rows(obj) -> list[dict]:
     """Rows of an attack file: a list, ``{"rows": [...]}`` or ``{"row": {...}}``."""
     if obj is None:
         return []
@@ -65,10 +127,10 @@ def is_audited_run(run: Path, summary: dict | None = None) -> bool:
     tabular-pdp), an ``audit.json`` in the folder, or ``audit`` in ``summary.json`` (ultrasound).
     """
     run = Path(run)
-    config = _json(run / "config.json") or {}
+    config = optional_json(run / "config.json") or {}
     if int(config.get("audit_canaries") or 0) > 0 or (run / "audit.json").is_file():
         return True
-    summary = summary if summary is not None else (_json(run / "summary.json") or {})
+    summary = summary if summary is not None else (optional_json(run / "summary.json") or {})
     return bool(summary.get("audit"))
 
 
@@ -77,7 +139,7 @@ def audited_epsilon(run: Path, part: str | None = None) -> float | None:
 
     ``part``: a top-level key of ``audit.json`` to restrict to (a tabular setting), when present.
     """
-    audit = _json(run / "audit.json")
+    audit = optional_json(run / "audit.json")
     if audit is None:
         return None
     if part is not None and isinstance(audit, dict) and part in audit:
@@ -99,7 +161,7 @@ def audited_epsilon(run: Path, part: str | None = None) -> float | None:
     return max(found) if found else None
 
 
-def _mia(rows: Iterable[dict]) -> dict:
+def strongest_mia(rows: Iterable[dict]) -> dict:
     """Strongest membership attack of one run: the max AUC and the max TPR at FPR 0.1 % over attacks."""
     rows = [r for r in rows if "auc" in r]
     if not rows:
@@ -110,183 +172,15 @@ def _mia(rows: Iterable[dict]) -> dict:
             "mia_tpr_0.001": max(float(r["tpr_at_fpr_0.001"]) for r in rows)}
 
 
-def _ssim(rows: Iterable[dict]) -> float | None:
+def best_ssim(rows: Iterable[dict]) -> float | None:
     """Best attack's mean SSIM over the attacked images (a run's inversion result)."""
     by = group_by([r for r in rows if "ssim" in r], lambda r: r["attack"])
     return max((float(np.mean([r["ssim"] for r in v])) for v in by.values()), default=None)
 
 
-def collect_dfl_dp(study_dir: Path) -> list[dict]:
-    out = []
-    for run, s in _runs(study_dir):
-        if s.get("data_part", "target") != "target":
-            continue
-        acc = s.get("accounting") or {}
-        cond = "No-DP" if not s["dp"] else f"C={s['clip_norm']:g}, eps_cal={s['eps_cal']:g}"
-        rec = {"condition": f"{s['framework']}: {cond}", "seed": s["seed"], "utility": 100 * s["final_acc"],
-               "eps": acc.get("eps_total") if s["dp"] else math.inf, "delta": acc.get("delta_total"),
-               "audited_eps": audited_epsilon(run), "_config": _json(run / "config.json")}
-        if is_audited_run(run, s):
-            out.append(_audited(rec))
-            continue
-        views = {f.stem.removeprefix("attacks_inversion_"): _rows(read_json(f))
-                 for f in sorted(run.glob("attacks_inversion_*.json"))}
-        out.append({**rec, **_mia(_rows(_json(run / "attacks_mia.json")) + _rows(_json(run / "attacks_lira.json"))),
-                    "ssim": _ssim(views.get("noised-update") or views.get("gradient") or [])})
-    return out
-
-
-def _audited(rec: dict) -> dict:
+def audited_record(rec: dict) -> dict:
     """An audited run's record: its own condition (canaries change utility) and no attack numbers."""
     return {**rec, "condition": rec["condition"] + AUDITED_TAG, "attack_skipped": AUDITED}
-
-
-def collect_tabular_pdp(study_dir: Path) -> list[dict]:
-    out = []
-    # The sweep's raw-data twins (--attacks) live in raw-data/tabular-pdp/runs beside the study's own runs.
-    for run, s in _runs(study_dir) + _runs(study_dir / "raw-data" / "tabular-pdp"):
-        attacks = _rows(_json(run / "attacks.json"))
-        anon = "raw" if not any(s.get("levels") or []) else "anonymized"
-        audited = is_audited_run(run, s)
-        for setting, v in (s.get("settings") or {}).items():
-            rec = {"condition": f"{setting} ({anon})", "seed": s["seed"], "utility": v["final_mae"],
-                   "eps": v.get("eps_rdp_max") if setting != "vanilla" else math.inf,
-                   "delta": v.get("delta"), "audited_eps": audited_epsilon(run, setting),
-                   "_config": _json(run / "config.json")}
-            if tabular_setting_audited(setting, v, audited):
-                out.append(_audited(rec))
-                continue
-            mine = [r for r in attacks if r.get("setting") == setting]
-            attr = [r for r in mine if r.get("attack") == "attribute-inference" and "member_accuracy" in r]
-            out.append({**rec, **_mia(mine),
-                        "attribute_adv": max((r["advantage_over_baseline"] for r in attr), default=None)})
-    return out
-
-
-def tabular_setting_audited(setting: str, setting_summary: dict, run_audited: bool) -> bool:
-    """Whether canary clients shared the aggregate of this tabular-pdp setting.
-
-    The audit measures GDP / PDP only: the vanilla model of an audited run trains without canaries
-    (the server app builds no audit for it), so it stays a valid target; a DP setting of an audited
-    run, or any setting whose summary carries an audit, is not.
-    """
-    return bool(setting_summary.get("audit")) or (run_audited and setting != "vanilla")
-
-
-def collect_ultrasound(study_dir: Path) -> list[dict]:
-    out = []
-    for run, s in _runs(study_dir):
-        acc = s.get("accounting") or {}
-        dp = f"DP-SGD C={s['max_grad_norm']:g} z={s['noise_multiplier']:g}" if s.get("dp_sgd") else "No-DP"
-        rec = {"condition": f"{s['method']} {s['arch']} {s['task']} {s['partition']}: {dp}", "seed": s["seed"],
-               "utility": 100 * s["test_accuracy"], "eps": acc.get("eps_rdp_max") if s.get("dp_sgd") else math.inf,
-               "delta": acc.get("delta"), "audited_eps": audited_epsilon(run), "_config": _json(run / "config.json")}
-        if is_audited_run(run, s):
-            out.append(_audited(rec))
-            continue
-        inv = _rows(_json(run / "attacks_inversion.json"))
-        view = "dp-sgd" if s.get("dp_sgd") else "gradient"
-        out.append({**rec, **_mia(_rows(_json(run / "attacks_mia.json"))),
-                    "ssim": _ssim([r for r in inv if r.get("view") == view])})
-    return out
-
-
-def transport_key(*, mixnet: bool, num_nodes: int, topology: str, degree: int, max_hops: int, outbox: int,
-                  mu: float, cover: bool, fragments: int) -> tuple:
-    """What a sender-linking measurement depends on: one learning run and one transport result match
-    when these agree (a full mesh has no degree; without a mixnet, hops, outbox, delay and cover do not exist)."""
-    topo = (topology, None if topology == "full-mesh" else int(degree))
-    if not mixnet:
-        return (False, int(num_nodes), topo, int(fragments))
-    return (True, int(num_nodes), topo, int(max_hops), int(outbox), float(mu), bool(cover), int(fragments))
-
-
-def _mixnet_label(max_hops: int, outbox: int, mu: float, cover: bool) -> str:
-    return f"mixnet K={max_hops}, O={outbox}, mu={mu:g}{'' if cover else ', no cover'}"
-
-
-def transport_label(key: tuple) -> str:
-    (topology, degree), n, frags = key[2], key[1], key[-1]
-    net = _mixnet_label(*key[3:7]) if key[0] else "mixnet off"
-    graph = "full mesh" if topology == "full-mesh" else f"{topology} d={degree}"
-    return f"{net}; N={n}, {graph}, {frags} fragments/peer"
-
-
-def _learning_key(s: dict) -> tuple | None:
-    """The transport key of a learning run, or None when no transport measurement can stand for it:
-    the baseline mode exchanges whole models, and partial exchange (share ratio < 1) sends fewer fragments."""
-    if s.get("mode") != "unlinkable" or s.get("share_ratio", 1.0) != 1.0 or "fragments_per_update" not in s:
-        return None
-    return transport_key(mixnet=s["transport"] == "mixnet", num_nodes=s["num_nodes"], topology=s["topology"],
-                         degree=s["degree"], max_hops=s["max_hops"], outbox=s["outbox"], mu=s["mu"],
-                         cover=s["cover"], fragments=s["fragments_per_update"])
-
-
-def _learning_label(s: dict) -> str:
-    parts = [f"{s['dataset']} {s['model']}", f"T={s['num_rounds']}", s["encoding"], f"share {s['share_ratio']:g}",
-             s["aggregator"], f"alpha {s['alpha']:g}"]
-    if s.get("churn_leave"):
-        parts.append(f"churn {s['churn_leave']:g}/{s['churn_join']:g}")
-    if s.get("byzantine_fraction"):
-        parts.append(f"byzantine {s['byzantine_fraction']:g} {s['byzantine_attack']}")
-    if s.get("networked"):
-        parts.append("node processes over TLS")
-    return ", ".join(parts)
-
-
-def collect_unlinkable_dfl(study_dir: Path) -> list[dict]:
-    """Learning runs (utility) joined with the transport measurements (linking) of the same mixnet
-    configuration (:func:`transport_key`): such a condition's row holds both, its records tagged
-    ``part`` = learning / linking. Runs and measurements without a partner keep rows of their own."""
-    learning = []
-    for run, s in _runs(study_dir):
-        key = _learning_key(s)
-        if key is not None:
-            cond = f"{transport_label(key)} | {_learning_label(s)}"
-        else:
-            net = (_mixnet_label(s["max_hops"], s["outbox"], s["mu"], s.get("cover", True))
-                   if s["transport"] == "mixnet" else s["transport"])
-            cond = f"learning only: {net}, {s.get('mode', '')}, N={s['num_nodes']}"
-            if "dataset" in s:
-                cond += f" | {_learning_label(s)}"
-        learning.append((key, {"condition": cond, "part": "learning", "seed": s["seed"],
-                               "utility": 100 * s["final_acc"], "eps": math.inf, "delta": None,
-                               "audited_eps": audited_epsilon(run), "h_relay": s.get("h_relay_bits"),
-                               "h_path": s.get("h_path_bits"), "no_mixnet": s["transport"] != "mixnet"}))
-    # The same configuration and seed under two run names (e.g. netlearn's simulation twin of a scaling
-    # run) is one measurement, not two seeds: the first one found counts.
-    seen: set[tuple] = set()
-    learning = [(k, rec) for k, rec in learning
-                if (rec["condition"], rec["seed"]) not in seen and not seen.add((rec["condition"], rec["seed"]))]
-    out = [rec for _, rec in learning]
-    for f in sorted((study_dir / "transport").glob("*.json")):
-        measured = read_json(f)
-        spec, r = measured["spec"], measured["result"]
-        key = transport_key(mixnet=spec["mixnet"], num_nodes=spec["num_nodes"], topology=spec["topology"],
-                            degree=spec["degree"], max_hops=spec["max_hops"], outbox=spec["outbox"], mu=spec["mu"],
-                            cover=spec["cover"], fragments=spec["fragments_per_peer"])
-        rec = {"part": "linking", "seed": r["seed"], "utility": None, "eps": math.inf, "delta": None,
-               "audited_eps": None,
-               "linking_adv": max(r.get("agnostic_advantage", -math.inf), r.get("aware_advantage", -math.inf)),
-               "h_relay": r.get("h_relay_bits"), "h_path": r.get("h_path_bits"),
-               "h_relay_loc": r.get("h_relay_loc_bits") if r.get("mixnet") else None,  # as the study's table
-               "no_mixnet": not r.get("mixnet")}
-        partners = sorted({lrec["condition"] for k, lrec in learning if k == key})
-        for k, lrec in learning:  # a joined row takes its entropies from the measurement, not twice
-            if k == key:
-                lrec.pop("h_relay", None)
-                lrec.pop("h_path", None)
-        out += [{**rec, "condition": c} for c in partners] or [{**rec, "condition": "linking only: "
-                                                                  + transport_label(key)}]
-    return out
-
-
-COLLECTORS: dict[str, Callable[[Path], list[dict]]] = {
-    "dfl-dp": collect_dfl_dp, "tabular-pdp": collect_tabular_pdp, "ultrasound": collect_ultrasound,
-    "unlinkable-dfl": collect_unlinkable_dfl,
-}
-UTILITY = {"dfl-dp": "test accuracy (%)", "tabular-pdp": "test MAE (lower is better)",
-           "ultrasound": "test accuracy (%)", "unlinkable-dfl": "test accuracy (%)"}
 
 
 def _eps_cell(values: list) -> str:
@@ -298,7 +192,8 @@ def _eps_cell(values: list) -> str:
     return seed_cell(vals, 3) if len(set(vals)) > 1 else f"{vals[0]:.4g}"
 
 
-def _cell(records: list[dict], key: str, digits: int = 3) -> str:
+def cell(records: list[dict], key: str, digits: int = 3) -> str:
+    """A cell of the records' ``key`` over seeds (mean +- SD [t-interval]), or why it is empty."""
     vals = [r.get(key) for r in records]
     if all(v is None for v in vals):
         return _absent(records)
@@ -344,10 +239,10 @@ def split_mixed_conditions(records: list[dict]) -> list[dict]:
     return out
 
 
-def build_card(study: str, records: list[dict]) -> list[dict]:
-    """One row per condition; columns depend on what the study measures."""
-    if study not in COLLECTORS:
-        raise ValueError(f"study must be one of {list(COLLECTORS)}, got {study!r}")
+def build_card(card: CardSpec, records: list[dict]) -> list[dict]:
+    """One row per condition: the common columns, then the study's own (``card.columns``)."""
+    if not isinstance(card, CardSpec):
+        raise TypeError(f"build_card wants a CardSpec (flower_apps.studies.STUDIES[name].card), got {card!r}")
     records = split_mixed_conditions(records)
     rows = []
     for cond, recs in group_by(records, lambda r: r["condition"]).items():
@@ -356,24 +251,16 @@ def build_card(study: str, records: list[dict]) -> list[dict]:
         parts = group_by(recs, lambda r: r.get("part", ""))
         seeds = (" + ".join(f"{len(parts[p])} {p}" for p in sorted(parts)) if len(parts) > 1 else len(recs))
         row = {"condition": cond, "seeds": seeds,
-               UTILITY[study]: seed_cell(util, 3 if study == "tabular-pdp" else 2) if util else "-",
+               card.utility: seed_cell(util, card.utility_digits) if util else "-",
                "formal eps": _eps_cell([r.get("eps") for r in recs]),
                "delta": ", ".join(f"{d:g}" for d in deltas) or "-",
-               "audited eps (lower bound)": _cell(recs, "audited_eps"),
-               "MIA AUC (best attack)": _cell(recs, "mia_auc"),
-               "MIA TPR@FPR=0.1%": _cell(recs, "mia_tpr_0.001", 4),
+               "audited eps (lower bound)": cell(recs, "audited_eps"),
+               "MIA AUC (best attack)": cell(recs, "mia_auc"),
+               "MIA TPR@FPR=0.1%": cell(recs, "mia_tpr_0.001", 4),
                "best MIA attack": ", ".join(sorted({r["mia_attack"] for r in recs if r.get("mia_attack")}))
                or _absent(recs)}
-        if study in ("dfl-dp", "ultrasound"):
-            row["inversion SSIM (best attack)"] = _cell(recs, "ssim")
-        if study == "tabular-pdp":
-            row["attribute inference adv. over prior"] = _cell(recs, "attribute_adv")
-        if study == "unlinkable-dfl":
-            row["linking advantage"] = _cell(recs, "linking_adv")
-            row["H_relay (bits)"] = _cell(recs, "h_relay", 2)
-            row["H_path (bits)"] = _cell(recs, "h_path", 2)
-            # without a mixnet there is no relay location to hide: not applicable, not "not run"
-            row["H_relay^loc (bits)"] = "-" if all(r.get("no_mixnet") for r in recs) else _cell(recs, "h_relay_loc", 2)
+        for header, make_cell in card.columns:
+            row[header] = make_cell(recs)
         row["_records"] = recs
         rows.append(row)
     # A plain condition's audited epsilon comes from its audited twin (the same condition trained with
@@ -396,7 +283,7 @@ def _mean(recs: list[dict], key: str) -> float:
     return float(np.mean(v)) if v else math.nan
 
 
-def card_figure(study: str, rows: list[dict], path: Path) -> bool:
+def card_figure(card: CardSpec, rows: list[dict], path: Path) -> bool:
     """Utility vs formal epsilon (no-DP drawn at the right edge), empirical privacy beside it."""
     pts = [(r["condition"], _mean(r["_records"], "eps"), _mean(r["_records"], "utility"),
             _mean(r["_records"], "mia_auc"), _mean(r["_records"], "audited_eps"),
@@ -420,8 +307,8 @@ def card_figure(study: str, rows: list[dict], path: Path) -> bool:
     left.set_xscale("log")
     for ax in (left, right):
         ax.set_xlabel("formal epsilon (square = no DP, drawn at the right edge)")
-    left.set_ylabel(UTILITY[study])
-    left.set_title(f"{study}: utility vs formal epsilon", fontsize=9)
+    left.set_ylabel(card.utility)
+    left.set_title(f"{card.study}: utility vs formal epsilon", fontsize=9)
     left.legend(fontsize=5, loc="best")
     right.axhline(0.5, color="k", lw=0.8, ls=":")
     right.set_ylim(0.0, 1.0)
@@ -435,17 +322,17 @@ def card_figure(study: str, rows: list[dict], path: Path) -> bool:
     return True
 
 
-def write_card(study: str, study_dir: str | Path, out_dir: str | Path | None = None) -> str:
+def write_card(card: CardSpec, study_dir: str | Path, out_dir: str | Path | None = None) -> str:
     """Collect one study's finished runs, write ``report_card.{csv,md,png}``; return the Markdown."""
+    if not isinstance(card, CardSpec):
+        raise TypeError(f"write_card wants a CardSpec (flower_apps.studies.STUDIES[name].card), got {card!r}")
     study_dir = Path(study_dir)
     out = Path(out_dir) if out_dir is not None else study_dir
-    records = COLLECTORS[study](study_dir) if study in COLLECTORS else None
-    if records is None:
-        raise ValueError(f"study must be one of {list(COLLECTORS)}, got {study!r}")
+    records = card.collect(study_dir)
     if not records:
         raise FileNotFoundError(f"no finished runs under {study_dir} (runs/*/summary.json)")
-    rows = build_card(study, records)
-    drew = card_figure(study, rows, out / "report_card.png")
+    rows = build_card(card, records)
+    drew = card_figure(card, rows, out / "report_card.png")
     note = ("Cells over seeds: mean +- SD [95% t-interval]. MIA: the largest AUC (and, separately, the largest "
             "TPR at FPR 0.1%) over the attacks run (shadow models, loss threshold, offline LiRA); members = training "
             "data, non-members = held-out data. A maximum over several attacks sits slightly above 0.5 even without "
@@ -454,5 +341,5 @@ def write_card(study: str, study_dir: str | Path, out_dir: str | Path | None = N
             "which change the released model, so no attack is run on them (\"skipped: audited run\"); a plain "
             "row whose condition also has an [audited] row with the same formal eps shows that row's bound, marked "
             "\"(audited twin)\".")
-    md = write_table(rows, out / "report_card", f"Privacy report card: {study}", note)
+    md = write_table(rows, out / "report_card", f"Privacy report card: {card.study}", note)
     return md + ("\n![report card](report_card.png)\n" if drew else "")

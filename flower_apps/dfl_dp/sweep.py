@@ -15,11 +15,11 @@ start-up). At the end the tables and figures are rebuilt from every finished run
 from __future__ import annotations
 
 import argparse
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
 from flower_apps.common.sweep import add_data_args, run_keys, run_pending, sweep_main, sweep_overrides, sweep_parser
+from flower_apps.config import default_nodes
 from flower_apps.dfl_dp.config import DflDpConfig
 from flower_apps.dfl_dp.report import write_report
 from flower_apps.dfl_dp.server_app import is_complete, server_main
@@ -196,7 +196,7 @@ def _run(pending: list[DflDpConfig], args: argparse.Namespace) -> None:
     import torch
 
     num_gpus = args.num_gpus if args.num_gpus is not None else (0.5 if torch.cuda.is_available() else 0.0)
-    nodes = max(math.ceil(c.num_clients / c.clients_per_message) for c in pending)
+    nodes = max(default_nodes(c) for c in pending)
     run_pending(pending, server_main, is_complete, nodes=nodes, num_cpus=args.num_cpus, num_gpus=num_gpus,
                 describe=lambda s: f"final acc {s['final_acc']:.4f}")
 

@@ -41,7 +41,8 @@ from torch import nn
 
 from attacks.attribute import attribute_inference_summary
 from attacks.membership import best_loss_threshold, regression_statistic, roc_summary, run_offline_lira
-from flower_apps.common.report_card import AUDITED, is_audited_run, tabular_setting_audited
+from flower_apps.common.report_card import AUDITED, is_audited_run
+from flower_apps.tabular_pdp.card import CARD, tabular_setting_audited
 from flower_apps.common.results import atomic_write_json, read_json
 from flower_apps.tabular_pdp.config import TabularPdpConfig
 from flower_apps.tabular_pdp.data import client_data, data_key, model_features
@@ -270,5 +271,5 @@ def attack_phase(configs: list[TabularPdpConfig], settings: AttackSettings = Att
     md = "\n### Attacks\n\n" + "\n".join(lines) + "\n"
     roots = {Path(c.results_dir) for c in configs if Path(c.results_dir).name != RAW_DATA_DIR}
     for root in sorted(roots):
-        md += "\n" + write_card("tabular-pdp", root / "tabular-pdp")
+        md += "\n" + write_card(CARD, root / "tabular-pdp")
     return md

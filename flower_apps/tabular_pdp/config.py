@@ -110,6 +110,11 @@ def build_config(c: dict[str, Any]) -> TabularPdpConfig:
     return cfg
 
 
+def nodes_needed(cfg: TabularPdpConfig) -> int:
+    """One SuperNode per hospital (each client is one message)."""
+    return cfg.num_clients
+
+
 def check_accountant(cfg: TabularPdpConfig) -> None:
     """Refuse (ConfigError) GDP/PDP settings the per-client ledger cannot account for, before any work.
 

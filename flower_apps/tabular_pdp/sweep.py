@@ -26,7 +26,7 @@ from pathlib import Path
 
 from flower_apps.common.sweep import add_data_args, run_keys, run_pending, sweep_main, sweep_overrides, sweep_parser
 from flower_apps.studies import STUDIES
-from flower_apps.tabular_pdp.config import POISONS, STUDY, TabularPdpConfig
+from flower_apps.tabular_pdp.config import POISONS, STUDY, TabularPdpConfig, nodes_needed
 from flower_apps.tabular_pdp.report import write_report
 from flower_apps.tabular_pdp.server_app import is_complete, server_main
 
@@ -129,7 +129,7 @@ def _run(pending: list[TabularPdpConfig], args: argparse.Namespace) -> None:
         res = ", ".join(f"{k} MAE {v['final_mae']:.3f}" for k, v in summary["settings"].items())
         return f"flagged {summary['drift']['flagged']}{'; ' + res if res else ''}"
 
-    run_pending(pending, server_main, is_complete, nodes=max(c.num_clients for c in pending),
+    run_pending(pending, server_main, is_complete, nodes=max(nodes_needed(c) for c in pending),
                 num_cpus=args.num_cpus, num_gpus=0.0, describe=describe)
 
 

@@ -51,6 +51,7 @@ from attacks.membership import (
 )
 from datasets.transforms import IMAGENET_MEAN, IMAGENET_STD, to_model_input, uint8_to_unit
 from flower_apps.common.report_card import AUDITED, is_audited_run
+from flower_apps.ultrasound.card import CARD
 from flower_apps.common.results import atomic_write_json, read_json
 from flower_apps.ultrasound.data import UltrasoundData
 from flower_apps.ultrasound.train import predict_probs, train_local
@@ -305,5 +306,5 @@ def attack_phase(configs: list, s: UsAttackSettings = UsAttackSettings()) -> str
     print("\n".join(lines), flush=True)
     md = "\n### Attacks\n\n" + "\n".join(lines) + "\n"
     for root in sorted({Path(c.results_dir) for c in configs}):
-        md += "\n" + write_card("ultrasound", root / "ultrasound")
+        md += "\n" + write_card(CARD, root / "ultrasound")
     return md

@@ -181,6 +181,11 @@ def build_config(c: dict[str, Any]) -> UltrasoundConfig:
     return cfg
 
 
+def nodes_needed(cfg: UltrasoundConfig) -> int:
+    """One SuperNode per hospital (each client is one message)."""
+    return cfg.num_clients
+
+
 def check_accountant(cfg: UltrasoundConfig) -> None:
     """Refuse (ConfigError) DP-SGD settings the RDP accountant cannot account for, before any work.
 

@@ -26,7 +26,7 @@ from flower_apps.config import ConfigError
 from flower_apps.studies import STUDIES
 from flower_apps.ultrasound import audit
 from flower_apps.ultrasound.gradient_audit import DEFAULT_GRADIENT_CANARIES
-from flower_apps.ultrasound.config import ALGORITHMS, MODES, UltrasoundConfig
+from flower_apps.ultrasound.config import ALGORITHMS, MODES, UltrasoundConfig, nodes_needed
 from flower_apps.ultrasound.study import NOISE_SEED_ENV
 from flower_apps.ultrasound.report import write_report
 from flower_apps.ultrasound.server_app import is_complete, server_main
@@ -235,7 +235,7 @@ def _attacks(configs: list[UltrasoundConfig], args: argparse.Namespace) -> str:
 def _run(pending: list[UltrasoundConfig], args: argparse.Namespace) -> None:
     import torch
 
-    nodes = max(c.num_clients for c in pending)
+    nodes = max(nodes_needed(c) for c in pending)
     num_gpus = args.num_gpus if args.num_gpus is not None else (1.0 / nodes if torch.cuda.is_available() else 0.0)
     run_pending(pending, server_main, is_complete, nodes=nodes, num_cpus=args.num_cpus,
                 num_gpus=num_gpus,

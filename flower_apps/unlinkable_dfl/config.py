@@ -125,3 +125,8 @@ def build_config(c: dict[str, Any]) -> UdflConfig:
     need(cfg.curious_node < cfg.num_nodes, "udfl-curious-node",
          f"must be -1 (off) or a node id in [0, num-clients), got {cfg.curious_node!r}")
     return cfg
+
+
+def nodes_needed(cfg: UdflConfig) -> int:
+    """ceil(N / clients-per-message): the simulated peers travel in messages of clients-per-message peers."""
+    return max(1, -(-cfg.num_nodes // cfg.clients_per_message))

@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import math
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -30,7 +29,7 @@ from flower_apps.common.results import atomic_write_json, read_json
 from flower_apps.common.sweep import (
     pending_runs, run_keys, run_pending, sweep_main, sweep_overrides, sweep_parser,
 )
-from flower_apps.unlinkable_dfl.config import UdflConfig, build_config
+from flower_apps.unlinkable_dfl.config import UdflConfig, build_config, nodes_needed
 from flower_apps.unlinkable_dfl.netexp import TrafficSpec
 from flower_apps.unlinkable_dfl.server_app import is_complete, run_dir, server_main
 
@@ -178,7 +177,7 @@ def check_dataset(experiment: str, dataset: str | None, data_dir: str | None) ->
 
 def run_learning(pending: list[UdflConfig], num_cpus: float = 1.0) -> None:
     """The pending learning runs in one Flower simulation."""
-    nodes = max(math.ceil(c.num_nodes / c.clients_per_message) for c in pending)
+    nodes = max(nodes_needed(c) for c in pending)
     run_pending(pending, server_main, is_complete, nodes=nodes, num_cpus=num_cpus, num_gpus=0.0,
                 describe=lambda s: f"final acc {s['final_acc']:.4f}, completeness {s['mean_completeness']:.3f}")
 

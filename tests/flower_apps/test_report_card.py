@@ -8,18 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from flower_apps.common.report_card import (
-    AUDITED,
-    NOT_RUN,
-    audited_epsilon,
-    build_card,
-    collect_tabular_pdp,
-    collect_unlinkable_dfl,
-    collect_ultrasound,
-    is_audited_run,
-    write_card,
-)
+from flower_apps.common.report_card import AUDITED, NOT_RUN, audited_epsilon, build_card, is_audited_run, write_card
 from flower_apps.report import main, write_page
+from flower_apps.studies import STUDIES
+from flower_apps.tabular_pdp.card import collect_tabular_pdp
+from flower_apps.ultrasound.card import collect_ultrasound
+from flower_apps.unlinkable_dfl.card import collect_unlinkable_dfl
+
+CARD = {name: spec.card for name, spec in STUDIES.items()}
 
 
 def _put(path: Path, obj) -> None:
@@ -113,13 +109,15 @@ def test_audit_and_missing_parts(tmp_path):
     _put(tmp_path / "audit.json", {"gdp": {"eps_lower": 0.3}, "pdp": {"eps_lower": 0.9}})
     assert audited_epsilon(tmp_path, "gdp") == 0.3 and audited_epsilon(tmp_path) == 0.9
     _tree(tmp_path)
-    rows = build_card("tabular-pdp", collect_tabular_pdp(tmp_path / "tabular-pdp"))
+    rows = build_card(CARD["tabular-pdp"], collect_tabular_pdp(tmp_path / "tabular-pdp"))
     gdp = next(r for r in rows if r["condition"].startswith("gdp"))
     assert gdp["MIA AUC (best attack)"] == NOT_RUN and gdp["audited eps (lower bound)"] == NOT_RUN
-    with pytest.raises(ValueError, match="study must be one of"):
-        build_card("nope", [])
+    with pytest.raises(TypeError, match="wants a CardSpec"):
+        build_card("tabular-pdp", [])
+    with pytest.raises(ValueError, match="no report card registered for"):
+        write_page(tmp_path, ("nope",))
     with pytest.raises(FileNotFoundError, match="no finished runs"):
-        write_card("ultrasound", tmp_path / "empty")
+        write_card(CARD["ultrasound"], tmp_path / "empty")
     assert main(["--results-dir", str(tmp_path / "absent")]) == 2
 
 
@@ -134,7 +132,7 @@ def test_audited_runs_get_their_own_rows_and_no_attack_numbers(tmp_path):
         _put(tab / name / "attacks.json", {"rows": [{**mia, "setting": k} for k in ("vanilla", "gdp")]})
     _put(tab / "audited" / "audit.json", {"gdp": {"eps_lower": 0.8}})
     assert not is_audited_run(tab / "plain") and is_audited_run(tab / "audited")
-    rows = {r["condition"]: r for r in build_card("tabular-pdp", collect_tabular_pdp(tmp_path / "tabular-pdp"))}
+    rows = {r["condition"]: r for r in build_card(CARD["tabular-pdp"], collect_tabular_pdp(tmp_path / "tabular-pdp"))}
     assert sorted(rows) == ["gdp (anonymized)", "gdp (anonymized) [audited]", "vanilla (anonymized)"]
     audited, plain = rows["gdp (anonymized) [audited]"], rows["gdp (anonymized)"]
     assert audited["test MAE (lower is better)"].startswith("0.740") and audited["audited eps (lower bound)"] != NOT_RUN
@@ -145,7 +143,7 @@ def test_audited_runs_get_their_own_rows_and_no_attack_numbers(tmp_path):
     # ... but never from a twin with another formal epsilon (the same label, other noise)
     _put(tab / "audited" / "summary.json", {"seed": 0, "levels": [2, 1, 0, 0], "settings": {
         "vanilla": {"final_mae": 0.5}, "gdp": {"final_mae": 0.74, "eps_rdp_max": 30.0}}})
-    rows = {r["condition"]: r for r in build_card("tabular-pdp", collect_tabular_pdp(tmp_path / "tabular-pdp"))}
+    rows = {r["condition"]: r for r in build_card(CARD["tabular-pdp"], collect_tabular_pdp(tmp_path / "tabular-pdp"))}
     assert rows["gdp (anonymized)"]["audited eps (lower bound)"] == NOT_RUN
     # vanilla of the audited run trained without canaries: both runs' vanilla models count
     assert rows["vanilla (anonymized)"]["seeds"] == 2 and rows["vanilla (anonymized)"]["MIA AUC (best attack)"] != AUDITED
@@ -199,7 +197,7 @@ def test_unlinkable_card_joins_learning_and_linking_per_mixnet_configuration(tmp
     _put(ul / "transport" / "b.json", {"spec": _spec(outbox=10), "result": {**res, "aware_advantage": 0.3}})
     _put(ul / "transport" / "c.json", {"spec": _spec(mixnet=False, outbox=100),
                                        "result": {**res, "mixnet": False, "aware_advantage": 0.9}})
-    rows = {r["condition"]: r for r in build_card("unlinkable-dfl", collect_unlinkable_dfl(ul))}
+    rows = {r["condition"]: r for r in build_card(CARD["unlinkable-dfl"], collect_unlinkable_dfl(ul))}
     joined = ("mixnet K=2, O=20, mu=0.1; N=10, circulant d=4, 7 fragments/peer | "
               "mnist-5k lenet5, T=5, q8, share 1, fedavg, alpha 10")
     assert rows[joined]["seeds"] == "2 learning + 1 linking"
@@ -218,7 +216,8 @@ def test_unlinkable_card_joins_learning_and_linking_per_mixnet_configuration(tmp
 
 
 def test_runs_of_different_configs_under_one_label_are_not_averaged_as_seeds(tmp_path):
-    from flower_apps.common.report_card import collect_dfl_dp, split_mixed_conditions
+    from flower_apps.common.report_card import split_mixed_conditions
+    from flower_apps.dfl_dp.card import collect_dfl_dp
 
     def run(name, seed, acc, **cfg):
         folder = tmp_path / "dfl-dp" / "runs" / name
@@ -228,10 +227,10 @@ def test_runs_of_different_configs_under_one_label_are_not_averaged_as_seeds(tmp
 
     run("a_s0", 0, 0.90)
     run("a_s1", 1, 0.92, device="cuda")  # another seed and device: the same condition
-    rows = build_card("dfl-dp", collect_dfl_dp(tmp_path / "dfl-dp"))
+    rows = build_card(CARD["dfl-dp"], collect_dfl_dp(tmp_path / "dfl-dp"))
     assert [(r["condition"], r["seeds"]) for r in rows] == [("fl: No-DP", 2)]
     run("b_s0", 0, 0.60, num_rounds=100, lr=0.1)  # another grid in the same results dir
-    rows = build_card("dfl-dp", collect_dfl_dp(tmp_path / "dfl-dp"))
+    rows = build_card(CARD["dfl-dp"], collect_dfl_dp(tmp_path / "dfl-dp"))
     assert sorted((r["condition"], r["seeds"]) for r in rows) == [
         ("fl: No-DP [lr=0.1, num_rounds=100]", 1), ("fl: No-DP [lr=None, num_rounds=20]", 2)]
     # records without a config (older folders) keep their label; the helper drops its private field

@@ -105,6 +105,7 @@ def test_smoke_run_saves_final_models_the_attacks_load(tmp_path, fake_grid_cls):
     rows), so the file is the released global model, not an earlier or a client's one.
     """
     from flower_apps.common.report_card import write_card
+    from flower_apps.tabular_pdp.card import CARD
     from flower_apps.common.results import read_json
     from flower_apps.tabular_pdp.attacks import load_final_model, predict
     from flower_apps.tabular_pdp.client_app import train
@@ -135,7 +136,7 @@ def test_smoke_run_saves_final_models_the_attacks_load(tmp_path, fake_grid_cls):
     rows = attack_run(folder, cfg, tiny)
     assert {(r["setting"], r["attack"]) for r in rows if "auc" in r} == {
         (k, a) for k in ("vanilla", "gdp", "pdp") for a in ("loss-threshold-shadow", "lira-offline")}
-    write_card("tabular-pdp", tmp_path / "tabular-pdp")
+    write_card(CARD, tmp_path / "tabular-pdp")
     with open(tmp_path / "tabular-pdp" / "report_card.csv", newline="") as fh:
         card = {r["condition"]: r for r in csv.DictReader(fh)}
     assert sorted(card) == ["gdp (anonymized)", "pdp (anonymized)", "vanilla (anonymized)"]

@@ -67,9 +67,9 @@ def test_theory_table_flags_a_measured_advantage_above_its_bound(tmp_path):
 @pytest.mark.parametrize("scale", sweep.SCALES)
 def test_scaling_and_linking_measure_the_linking_of_the_learning_configurations(scale, tmp_path):
     """The report card joins a learning run with the transport measurement of its own configuration
-    (report_card.transport_key): the scaling experiment measures each of its fragment transports, and the
+    (unlinkable_dfl.card.transport_key): the scaling experiment measures each of its fragment transports, and the
     linking experiment includes the scale's learning preset (its O), not only the O grid."""
-    from flower_apps.common.report_card import transport_key
+    from flower_apps.unlinkable_dfl.card import transport_key
     from flower_apps.unlinkable_dfl.models import build_model, shareable_keys
     from flower_apps.unlinkable_dfl.node import fragment_layout
 
