@@ -23,6 +23,7 @@ from flower_apps.config import COMMON_KEYS, DECLARED, RUN_CONFIG_DEFAULTS, Study
 
 BUILTIN = ("dfl_dp", "tabular_pdp", "ultrasound", "unlinkable_dfl")
 STUDIES: dict[str, StudySpec] = {}
+BUILTIN_STUDIES: list[str] = []  # names of the studies registered from BUILTIN (this repository's own)
 
 
 def register_study(spec: StudySpec) -> None:
@@ -67,7 +68,9 @@ def _register_builtin() -> None:
         if importlib.util.find_spec(f"flower_apps.{pkg}") is None or \
                 importlib.util.find_spec(f"flower_apps.{pkg}.study") is None:
             continue
-        register_study(load_study(pkg))
+        spec = load_study(pkg)
+        register_study(spec)
+        BUILTIN_STUDIES.append(spec.name)
 
 
 _register_builtin()

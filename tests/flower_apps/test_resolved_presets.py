@@ -3,6 +3,8 @@
 golden/resolved_presets.json was written from ``asdict(prepare({"study": s, "preset": p})[1])``
 BEFORE the run keys moved into flower_apps/config.py's table. The only intended differences are
 listed in FIELD_CHANGES (a field added or renamed, no value changed); anything else is a regression.
+Presets added since are kept as they resolved when added in golden/added_presets.json, written by
+``python scripts/golden_presets.py`` (which never rewrites a kept entry).
 """
 
 from __future__ import annotations
@@ -14,9 +16,11 @@ from pathlib import Path
 import pytest
 
 from flower_apps.router import prepare
-from flower_apps.studies import STUDIES
+from flower_apps.studies import BUILTIN_STUDIES, STUDIES
 
 GOLDEN = json.loads((Path(__file__).parent / "golden" / "resolved_presets.json").read_text())
+_ADDED_FILE = Path(__file__).parent / "golden" / "added_presets.json"
+ADDED = json.loads(_ADDED_FILE.read_text()) if _ADDED_FILE.is_file() else {}
 
 # study -> (renamed fields old -> new, fields added with their value for every preset)
 _AUDIT_AND_NODE_DATA = {"audit_canaries": 0, "node_local_data": False}  # issues 13 and 15: off by default
@@ -69,5 +73,38 @@ def test_preset_resolves_to_the_golden_config(name):
     assert got == _expected(study, GOLDEN[name], name)
 
 
-def test_golden_file_covers_every_study_and_preset():
-    assert sorted(GOLDEN) == sorted(f"{s}/{p}" for s, spec in STUDIES.items() for p in spec.presets)
+def test_added_presets_resolve_as_when_they_were_added():
+    for name, kept in ADDED.items():
+        study, preset = name.split("/")
+        assert json.loads(json.dumps(asdict(prepare({"study": study, "preset": preset})[1]))) == kept, name
+
+
+def test_golden_script_adds_a_new_preset_and_never_rewrites_a_kept_one(tmp_path, monkeypatch, capsys):
+    import importlib.util
+    from dataclasses import replace
+
+    path = Path(__file__).resolve().parents[2] / "scripts" / "golden_presets.py"
+    spec = importlib.util.spec_from_file_location("golden_presets", path)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    monkeypatch.setattr(script, "ADDED", tmp_path / "added.json")
+    (tmp_path / "added.json").write_text(json.dumps({"dfl-dp/kept": {"x": 1}}))
+    dfl = STUDIES["dfl-dp"]
+    monkeypatch.setitem(STUDIES, "dfl-dp", replace(dfl, presets={**dfl.presets, "new": {"num-rounds": 3},
+                                                                 "kept": {}}))
+    assert script.main(["--check"]) == 1 and "preset dfl-dp/new has no golden config" in capsys.readouterr().err
+    assert script.main([]) == 0
+    added = json.loads((tmp_path / "added.json").read_text())
+    assert added["dfl-dp/kept"] == {"x": 1} and added["dfl-dp/new"]["num_rounds"] == 3
+    assert script.main(["--check"]) == 0
+
+
+def test_golden_files_cover_every_builtin_study_and_preset():
+    """A new preset of a built-in study needs its golden entry: ``python scripts/golden_presets.py``."""
+    import subprocess
+    import sys
+
+    expected = sorted(f"{s}/{p}" for s in BUILTIN_STUDIES for p in STUDIES[s].presets)
+    assert sorted({*GOLDEN, *ADDED}) == expected
+    script = Path(__file__).resolve().parents[2] / "scripts" / "golden_presets.py"
+    assert subprocess.run([sys.executable, str(script), "--check"], capture_output=True).returncode == 0
