@@ -41,8 +41,9 @@ from flower_apps.common.local_training import train_local  # noqa: E402
 from flower_apps.common.seeding import client_generator  # noqa: E402
 from flower_apps.common.torch_utils import record_to_state, state_to_record  # noqa: E402
 from flower_apps.config import RUN_CONFIG_DEFAULTS  # noqa: E402
-from flower_apps.dfl_dp.data import build_data_plan, data_key  # noqa: E402
-from flower_apps.dfl_dp.model import build_model  # noqa: E402
+from datasets.image_plan import build_image_plan  # noqa: E402
+from flower_apps.dfl_dp.data import data_key  # noqa: E402
+from models.small_cnn import build_small_cnn  # noqa: E402
 from flower_apps.router import prepare  # noqa: E402
 
 TARGETS = {"fl": 1.3, "sequential-dfl": 1.5}
@@ -66,9 +67,9 @@ def make_cfg(framework: str, args, cpm: int):
 def plain_rounds(cfg, threads: int) -> list[float]:
     """The same local training as the ClientApp, in one process with ``threads`` torch threads."""
     torch.set_num_threads(threads)
-    plan = build_data_plan(data_key(cfg))
+    plan = build_image_plan(data_key(cfg))
     c, h, _ = plan.image_shape
-    model = build_model(cfg.seed, c, plan.num_classes, h)
+    model = build_small_cnn(cfg.seed, c, plan.num_classes, h)
     global_state = {k: v.clone() for k, v in model.state_dict().items()}
     times = []
     for rnd in range(1, cfg.num_rounds + 1):
@@ -170,9 +171,9 @@ def flower_rounds(cfg, num_cpus: float, probe_hops: bool = False,
     def main(grid: Grid, context: Context) -> None:
         from dataclasses import asdict
 
-        plan = build_data_plan(data_key(cfg))
+        plan = build_image_plan(data_key(cfg))
         c, h, _ = plan.image_shape
-        initial = state_to_record(build_model(cfg.seed, c, plan.num_classes, h))
+        initial = state_to_record(build_small_cnn(cfg.seed, c, plan.num_classes, h))
         strategy = build_strategy(cfg.framework, list(range(cfg.num_clients)), "dfl_dp", cfg.clients_per_message)
         probe = HopProbe(grid) if probe_hops else None
         prof = cProfile.Profile() if profile else None
@@ -202,13 +203,13 @@ def flower_rounds(cfg, num_cpus: float, probe_hops: bool = False,
 def serialization_ms(cfg, threads: int, reps: int = 50) -> dict[str, float]:
     """Median ms of the model's trips through the ArrayRecord, as one hop does them (threads as the actor)."""
     torch.set_num_threads(threads)
-    plan = build_data_plan(data_key(cfg))
+    plan = build_image_plan(data_key(cfg))
     c, h, _ = plan.image_shape
-    model = build_model(cfg.seed, c, plan.num_classes, h)
+    model = build_small_cnn(cfg.seed, c, plan.num_classes, h)
     rec = state_to_record(model)
     steps = {"state_to_record": lambda: state_to_record(model),
              "record_to_state": lambda: record_to_state(rec),
-             "build_model": lambda: build_model(cfg.seed, c, plan.num_classes, h),
+             "build_model": lambda: build_small_cnn(cfg.seed, c, plan.num_classes, h),
              "load_state_dict": lambda: model.load_state_dict(record_to_state(rec))}
     out = {}
     for name, fn in steps.items():
@@ -233,7 +234,7 @@ def hop_table(hops: list[dict[str, float]]) -> str:
 
 def plain_reference(cfg, args, ncpu: int) -> float:
     """Median s/round (rounds 2..R) of the faster of the plain loop with 1 thread and with all CPUs' threads."""
-    n_train = len(build_data_plan(data_key(cfg)).y["target_train"])
+    n_train = len(build_image_plan(data_key(cfg)).y["target_train"])
     best = float("inf")
     for threads in sorted({1, ncpu}):
         t = plain_rounds(cfg, threads)

@@ -60,12 +60,26 @@ def stratified_split(
     return [np.sort(np.concatenate(p)).astype(np.int64) for p in parts[: len(fractions)]]
 
 
-def four_way_split(labels: np.ndarray, seed: int) -> dict[str, np.ndarray]:
-    """The seed paper's target/shadow split, scaled to ``len(labels)`` when it is not 60,000."""
-    total = sum(FOUR_WAY_SIZES)
-    fractions = [s / total for s in FOUR_WAY_SIZES]
+def four_way_split(labels: np.ndarray, seed: int,
+                   sizes: Sequence[int] = FOUR_WAY_SIZES) -> dict[str, np.ndarray]:
+    """The target/shadow split in the proportions of ``sizes``, scaled to ``len(labels)``.
+
+    ``sizes`` are the (target_train, target_holdout, shadow_train, shadow_holdout) counts; the
+    default is the seed paper's, which MNIST's 60,000 training images give exactly.
+    """
+    check_four_way_sizes(sizes)
+    total = sum(sizes)
+    fractions = [s / total for s in sizes]
     parts = stratified_split(labels, fractions, np.random.default_rng([seed, 4]))
     return dict(zip(FOUR_WAY_NAMES, parts, strict=True))
+
+
+def check_four_way_sizes(sizes: Sequence[int]) -> None:
+    """ValueError unless ``sizes`` are four positive integers (the four-way split's proportions)."""
+    if len(sizes) != len(FOUR_WAY_NAMES) or any(isinstance(s, bool) or not isinstance(s, (int, np.integer))
+                                                 or s < 1 for s in sizes):
+        raise ValueError(f"four-way split sizes must be four integers >= 1 ({', '.join(FOUR_WAY_NAMES)}), "
+                         f"got {tuple(sizes)}")
 
 
 def stratified_holdout(labels: np.ndarray, test_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:

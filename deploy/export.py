@@ -46,12 +46,13 @@ def node_blocks(num_clients: int, nodes: int, clients_per_message: int = 1) -> l
 
 
 def _export_dfl_dp(cfg, blocks: list[list[int]], out: Path) -> dict[str, Any]:
-    from flower_apps.dfl_dp.data import data_key, raw_split
+    from datasets.image_plan import raw_image_split
+    from flower_apps.dfl_dp.data import data_key
 
     if cfg.framework != "fl" and cfg.clients_per_message != 1:
         raise ValueError("sequential-dfl with node-local data needs clients-per-message=1 (a chain hop may cross "
                          "nodes)")
-    raw = raw_split(data_key(cfg))
+    raw = raw_image_split(data_key(cfg))
     tt = raw.parts[raw.train_part]
     x_train, y_train = raw.x_all[tt], raw.y_all[tt]
     ds = raw.ds

@@ -27,6 +27,7 @@ from flower_apps.common.results import atomic_write_json, atomic_write_jsonl, ru
 from flower_apps.common.seeding import client_generator
 from flower_apps.common.torch_utils import record_to_state, state_to_record
 from flower_apps.config import COMMON_KEYS, SHARED_KEYS, Key, KeyTable, StudySpec, noise_condition
+from models.seeded_init import seeded_init
 from privacy.randomness import NoiseSource
 from strategies.cohorts import client_ids_of, config_record, wait_for_nodes
 from strategies.observer import RoundObserver
@@ -88,8 +89,8 @@ def to_json(cfg: ExampleConfig) -> str:
 
 
 def model_for(cfg: ExampleConfig, x: torch.Tensor) -> torch.nn.Module:
-    torch.manual_seed(cfg.seed)
-    return torch.nn.Linear(x.shape[1], 10)
+    with seeded_init(cfg.seed):  # w(0) per seed; torch's global random state untouched
+        return torch.nn.Linear(x.shape[1], 10)
 
 
 def server_main(grid: Grid, cfg: ExampleConfig) -> dict:

@@ -30,8 +30,9 @@ from attacks.inversion.view import AdversaryView, view_from_noised_update
 from attacks.membership import LabeledOutputs, ShadowAttackData, run_loss_threshold, run_shadow_mia
 from flower_apps.common.results import atomic_write_json, read_json
 from flower_apps.dfl_dp.config import DflDpConfig
-from flower_apps.dfl_dp.data import build_data_plan, data_key
-from flower_apps.dfl_dp.model import MnistCNN
+from datasets.image_plan import build_image_plan
+from flower_apps.dfl_dp.data import data_key
+from models.small_cnn import SmallCNN
 from flower_apps.dfl_dp.server_app import run_dir
 from privacy.mechanisms import calibrate_sigma_abs
 
@@ -40,9 +41,9 @@ INVERSION_ATTACKS = ("dlg", "idlg", "invgrad")
 VIEWS = ("gradient", "noised-update")
 
 
-def _load_model(path: Path, plan) -> MnistCNN:
+def _load_model(path: Path, plan) -> SmallCNN:
     c, h, _ = plan.image_shape
-    m = MnistCNN(c, plan.num_classes, h)
+    m = SmallCNN(c, plan.num_classes, h)
     m.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
     return m.eval()
 
@@ -52,9 +53,9 @@ def membership_inference(target: DflDpConfig, shadow: DflDpConfig) -> list[dict]
     out_path = run_dir(target) / "attacks_mia.json"
     if out_path.is_file():
         return read_json(out_path)
-    plan = build_data_plan(data_key(target))
+    plan = build_image_plan(data_key(target))
     t_model = _load_model(run_dir(target) / "final_model.pt", plan)
-    s_model = _load_model(run_dir(shadow) / "final_model.pt", build_data_plan(data_key(shadow)))
+    s_model = _load_model(run_dir(shadow) / "final_model.pt", build_image_plan(data_key(shadow)))
 
     def outs(model, part):
         return LabeledOutputs.from_model(model, plan.x[part], plan.y[part].numpy())
@@ -72,9 +73,9 @@ def _attack_one(job: dict) -> list[dict]:
     torch.set_num_threads(1)  # one thread per process: oversubscription is very slow on small CPUs
     cfg: DflDpConfig = job["cfg"]
     victim = job["victim"]
-    plan = build_data_plan(data_key(cfg))
+    plan = build_image_plan(data_key(cfg))
     c, h, _ = plan.image_shape
-    factory = functools.partial(MnistCNN, c, plan.num_classes, h)
+    factory = functools.partial(SmallCNN, c, plan.num_classes, h)
     shape = plan.image_shape
     if job["view"] == "gradient":
         view = AdversaryView(factory, victim["state"], victim["gradient"], shape, plan.num_classes)

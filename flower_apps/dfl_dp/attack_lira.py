@@ -27,8 +27,9 @@ from attacks.membership import logit_confidence, model_outputs, run_offline_lira
 from flower_apps.common.local_training import train_local
 from flower_apps.common.results import atomic_write_json, read_json
 from flower_apps.dfl_dp.config import DflDpConfig
-from flower_apps.dfl_dp.data import DataPlan, build_data_plan, data_key
-from flower_apps.dfl_dp.model import MnistCNN, build_model
+from datasets.image_plan import ImagePlan, build_image_plan
+from flower_apps.dfl_dp.data import data_key
+from models.small_cnn import SmallCNN, build_small_cnn
 
 LIRA_FILE = "attacks_lira.json"
 
@@ -59,7 +60,7 @@ class Recipe:
     batch_size: int
 
 
-def lira_on_plan(model: torch.nn.Module, plan: DataPlan, recipe: Recipe, s: LiraSettings) -> dict:
+def lira_on_plan(model: torch.nn.Module, plan: ImagePlan, recipe: Recipe, s: LiraSettings) -> dict:
     """LiRA on ``model``: target-train members vs target-holdout non-members, pool = shadow parts."""
     rng = np.random.default_rng([s.seed, 14])
     n = min(s.max_candidates, len(plan.y["target_train"]), len(plan.y["target_holdout"]))
@@ -72,7 +73,7 @@ def lira_on_plan(model: torch.nn.Module, plan: DataPlan, recipe: Recipe, s: Lira
     c, h, _ = plan.image_shape
 
     def train_reference(idx: np.ndarray, seed: int) -> torch.nn.Module:
-        m = build_model(seed, c, plan.num_classes, h)
+        m = build_small_cnn(seed, c, plan.num_classes, h)
         t = torch.from_numpy(idx)
         train_local(m, x_pool[t], y_pool[t], lr=recipe.lr, momentum=recipe.momentum,
                     weight_decay=recipe.weight_decay, batch_size=recipe.batch_size, epochs=s.epochs,
@@ -101,9 +102,9 @@ def lira_for_run(target: DflDpConfig, s: LiraSettings = LiraSettings()) -> dict:
     model_file = run_dir(target) / "final_model.pt"
     if not model_file.is_file():
         raise FileNotFoundError(f"{model_file} missing: the target run has not finished")
-    plan = build_data_plan(data_key(target))
+    plan = build_image_plan(data_key(target))
     c, h, _ = plan.image_shape
-    model = MnistCNN(c, plan.num_classes, h)
+    model = SmallCNN(c, plan.num_classes, h)
     model.load_state_dict(torch.load(model_file, map_location="cpu", weights_only=True))
     row = lira_on_plan(model.eval(), plan, Recipe(target.lr, target.momentum, target.weight_decay,
                                                   target.batch_size), s)

@@ -11,8 +11,9 @@ from flower_apps.common.torch_utils import pick_device, record_to_state, state_t
 from flower_apps.dfl_dp.config import DflDpConfig
 from datasets.base import DataError
 from flower_apps.common.node_data import describe_reply, error_reply, is_query, node_data_path, node_name
-from flower_apps.dfl_dp.data import build_data_plan, data_key, node_clients
-from flower_apps.dfl_dp.model import build_model
+from datasets.image_plan import build_image_plan
+from flower_apps.dfl_dp.data import data_key, node_clients
+from models.small_cnn import build_small_cnn
 from flower_apps.common.local_training import train_local
 from flower_apps.common.seeding import client_generator
 from flower_apps.dfl_dp.victims import capture, victim_clients
@@ -33,7 +34,7 @@ def train(msg: Message, context: Context) -> Message:
     name = node_name(context)
     try:
         path = node_data_path(context, cfg.node_local_data)
-        plan = build_data_plan(data_key(cfg)) if path is None else node_clients(str(path), name)
+        plan = build_image_plan(data_key(cfg)) if path is None else node_clients(str(path), name)
         if is_query(msg):
             return describe_reply(msg, plan.node, plan.sizes(), plan.label_counts())
         client_ids = [int(c) for c in msg.content["config"]["client-ids"]]
@@ -44,7 +45,7 @@ def train(msg: Message, context: Context) -> Message:
     device = pick_device(cfg.device)
     received = record_to_state(msg.content["arrays"])
     c, h, _ = plan.image_shape
-    model = build_model(cfg.seed, c, plan.num_classes, h).to(device)
+    model = build_small_cnn(cfg.seed, c, plan.num_classes, h).to(device)
     model.load_state_dict(received)
     out = RecordDict()
     loss_sum, n_sum = 0.0, 0

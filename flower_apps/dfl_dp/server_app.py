@@ -24,7 +24,7 @@ from flower_apps.dfl_dp.config import ACTION, DflDpConfig
 from flower_apps.common.node_data import PlacedGrid, RoundErrors, discover, node_of
 from flower_apps.dfl_dp.data import eval_plan
 from flower_apps.dfl_dp.metrics import curve_summary
-from flower_apps.dfl_dp.model import build_model
+from models.small_cnn import build_small_cnn
 from flower_apps.common.local_training import evaluate
 from flower_apps.dfl_dp.victims import GRAD_PREFIX, STATE_PREFIX, extract, save
 from privacy.accounting import account
@@ -73,7 +73,7 @@ def server_main(grid: Grid, cfg: DflDpConfig) -> dict:
         write_class_counts(plan, out)
     device = pick_device(cfg.device)
     c, h, _ = plan.image_shape
-    model = build_model(cfg.seed, c, plan.num_classes, h)
+    model = build_small_cnn(cfg.seed, c, plan.num_classes, h)
     initial = state_to_record(model)
     model = model.to(device)
 
@@ -198,7 +198,7 @@ TRAIN_METRIC_KEYS = frozenset({"num-examples", "train-loss", "client-ids", "trai
 
 
 def _n_train(plan) -> int:
-    """Training examples of all clients (a DataPlan's target-train, or the nodes' reported sizes)."""
+    """Training examples of all clients (an ImagePlan's target-train, or the nodes' reported sizes)."""
     return plan.n_train if hasattr(plan, "n_train") else int(len(plan.y["target_train"]))
 
 

@@ -7,6 +7,7 @@ from torch import nn
 
 from flower_apps.common import seeding
 from flower_apps.common.local_training import run_epochs
+from models.seeded_init import seeded_init
 
 
 class SeverityMLP(nn.Module):
@@ -24,13 +25,9 @@ class SeverityMLP(nn.Module):
 
 
 def build_model(seed: int, in_features: int) -> SeverityMLP:
-    """The initial global model w(0), reproducible per seed (global RNG state restored)."""
-    state = torch.random.get_rng_state()
-    torch.manual_seed(seed)
-    try:
+    """The initial global model w(0), reproducible per seed (torch's global random state untouched)."""
+    with seeded_init(seed):
         return SeverityMLP(in_features)
-    finally:
-        torch.random.set_rng_state(state)
 
 
 def client_generator(seed: int, server_round: int, cid: int) -> torch.Generator:

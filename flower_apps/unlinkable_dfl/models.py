@@ -22,6 +22,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 from torch import nn
+from models.seeded_init import seeded_init
 from registry import Registry
 
 
@@ -75,8 +76,7 @@ def build_model(name: str, seed: int, in_channels: int = 1, num_classes: int = 1
     """The common initial model w(0) of every node, reproducible per seed (global RNG untouched)."""
     if name not in MODELS:
         raise ValueError(f"model must be one of {sorted(MODELS)}, got {name!r}")
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+    with seeded_init(seed):
         return MODELS[name](in_channels, num_classes, image_size)
 
 

@@ -25,11 +25,12 @@ def test_node_blocks_are_contiguous_whole_messages():
 
 
 def test_dfl_dp_export_holds_exactly_the_simulated_partition(tmp_path):
-    from flower_apps.dfl_dp.data import build_data_plan, data_key, eval_plan, node_clients
+    from datasets.image_plan import build_image_plan
+    from flower_apps.dfl_dp.data import data_key, eval_plan, node_clients
 
     rec = export("dfl-dp", 2, 0, tmp_path, "smoke")
     _, cfg = prepare({"study": "dfl-dp", "preset": "smoke", "seed": 0})
-    plan = build_data_plan(data_key(cfg))
+    plan = build_image_plan(data_key(cfg))
     seen = []
     for i, name in enumerate(("node-0", "node-1")):
         node = node_clients(str(tmp_path / name), name)

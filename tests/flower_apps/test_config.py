@@ -88,11 +88,12 @@ def test_invalid_config_names_key_and_allowed_values(bad, key, allowed):
 
 
 def test_more_clients_than_samples_fails_before_training(tmp_path):
-    from flower_apps.dfl_dp.data import build_data_plan, data_key
+    from datasets.image_plan import build_image_plan
+    from flower_apps.dfl_dp.data import data_key
 
     _, cfg = prepare({"preset": "smoke", "num-clients": 5000, "results-dir": str(tmp_path)})
-    with pytest.raises(ValueError, match="num-clients .* larger than"):
-        build_data_plan(data_key(cfg))
+    with pytest.raises(ValueError, match=r"num_clients \(5000\) is larger than the target_train samples"):
+        build_image_plan(data_key(cfg))
 
 
 def test_run_in_process_validates_before_starting_flower(tmp_path):

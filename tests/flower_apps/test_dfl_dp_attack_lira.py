@@ -8,20 +8,20 @@ import torch
 
 from flower_apps.common.local_training import train_local
 from flower_apps.dfl_dp.attack_lira import LiraSettings, Recipe, lira_on_plan
-from flower_apps.dfl_dp.data import DataPlan
-from flower_apps.dfl_dp.model import build_model
+from datasets.image_plan import ImagePlan
+from models.small_cnn import build_small_cnn
 
 SIZE, K = 8, 4
 RECIPE = Recipe(lr=0.05, momentum=0.9, weight_decay=0.0, batch_size=16)
 
 
-def _plan(n: int = 48) -> DataPlan:
+def _plan(n: int = 48) -> ImagePlan:
     g = torch.Generator().manual_seed(0)
     # Random images with random labels: fitting them means memorizing them.
     xs = {p: torch.randn(n, 1, SIZE, SIZE, generator=g) for p in
           ("test", "target_train", "target_holdout", "shadow_train", "shadow_holdout")}
     ys = {p: torch.randint(0, K, (n,), generator=g) for p in xs}
-    return DataPlan("random", [], K, (1, SIZE, SIZE), (0.0,), (1.0,), xs, ys, [np.arange(n)])
+    return ImagePlan("random", [], K, (1, SIZE, SIZE), (0.0,), (1.0,), xs, ys, [np.arange(n)])
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -34,7 +34,7 @@ def _threads():
 
 def test_overfit_target_leaks():
     plan = _plan()
-    model = build_model(0, 1, K, SIZE)
+    model = build_small_cnn(0, 1, K, SIZE)
     train_local(model, plan.x["target_train"], plan.y["target_train"], lr=RECIPE.lr, momentum=RECIPE.momentum,
                 weight_decay=0.0, batch_size=16, epochs=40, generator=torch.Generator().manual_seed(0))
     row = lira_on_plan(model.eval(), plan, RECIPE, LiraSettings(num_reference=3, epochs=10, max_candidates=48))
@@ -44,7 +44,7 @@ def test_overfit_target_leaks():
 
 def test_untrained_target_stays_near_chance():
     plan = _plan(96)
-    row = lira_on_plan(build_model(1, 1, K, SIZE).eval(), plan, RECIPE,
+    row = lira_on_plan(build_small_cnn(1, 1, K, SIZE).eval(), plan, RECIPE,
                        LiraSettings(num_reference=3, epochs=2, max_candidates=96))
     assert abs(row["auc"] - 0.5) < 0.12, row
 
