@@ -3,9 +3,12 @@
 Subpackages
 -----------
 membership
-    Shadow-model membership inference (Shokri et al. 2017) on three scalar output
-    features, the loss-threshold baseline (Yeom et al. 2018), and offline LiRA
-    (Carlini et al. 2022) with reference models that never saw the candidates.
+    Membership attacks by name (``run_membership_attack``: a model, member and
+    non-member sets in, AUC / TPR at low FPR / advantage out): shadow-free scores
+    (loss threshold, Yeom et al. 2018; confidence and entropy, Salem et al. 2019;
+    modified entropy, Song & Mittal 2021) and shadow-model attacks (Shokri et al.
+    2017) on three scalar output features; offline LiRA (Carlini et al. 2022) with
+    reference models that never saw the candidates.
 attribute
     Model-based attribute inference (Fredrikson et al. 2014) against a prior baseline.
 inversion

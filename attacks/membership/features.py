@@ -82,7 +82,27 @@ def prediction_entropy(probs: np.ndarray, labels: np.ndarray | None = None) -> n
     return -np.sum(p * np.log(p + LOG_EPS), axis=1)
 
 
-#: Feature registry: name -> function(probs, labels) -> (n,) scores.
+def modified_entropy(probs: np.ndarray, labels: np.ndarray | None) -> np.ndarray:
+    """Modified prediction entropy with the true label (Song & Mittal 2021, Sec. 3.2, Eq. 5).
+
+    ``Mentr = -(1 - p_y) log p_y - sum_{k != y} p_k log(1 - p_k)``: 0 for a confident
+    correct prediction, large for a confident wrong one (plain entropy cannot tell the
+    two apart), so members have lower values. ``LOG_EPS`` inside both logarithms.
+    """
+    p = validate_probs(probs)
+    if labels is None:
+        raise ValueError("labels are required for the modified-entropy feature, got None")
+    y = validate_labels(labels, p.shape[0], p.shape[1])
+    idx = np.arange(p.shape[0])
+    p_y = p[idx, y]
+    others = -p * np.log(np.clip(1.0 - p, 0.0, None) + LOG_EPS)
+    others[idx, y] = 0.0
+    return -(1.0 - p_y) * np.log(p_y + LOG_EPS) + others.sum(axis=1)
+
+
+#: Feature registry: name -> function(probs, labels) -> (n,) scores. These are the seed
+#: paper's three shadow-attack features; ``modified_entropy`` stays out so that
+#: ``run_shadow_mia``'s default rows (and the published dfl-dp tables) do not change.
 FEATURES: dict[str, FeatureFn] = {
     "confidence": confidence,
     "loss": cross_entropy_loss,

@@ -99,6 +99,29 @@ class LabeledOutputs:
 
 
 @dataclass(frozen=True)
+class MembershipOutputs:
+    """Outputs of one model on its members and on non-members: what a shadow-free attack needs."""
+
+    members: LabeledOutputs
+    nonmembers: LabeledOutputs
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            part = getattr(self, f.name)
+            if not isinstance(part, LabeledOutputs):
+                raise ValueError(f"{f.name} must be LabeledOutputs, got {type(part).__name__}")
+            if len(part) == 0:
+                raise ValueError(f"{f.name} must contain at least one example, got 0")
+        k_m, k_o = self.members.probs.shape[1], self.nonmembers.probs.shape[1]
+        if k_m != k_o:
+            raise ValueError(f"members and nonmembers must have the same number of classes, got {k_m} and {k_o}")
+
+    def counts(self, prefix: str = "") -> dict[str, int]:
+        """``n_<prefix>members`` and ``n_<prefix>nonmembers``."""
+        return {f"n_{prefix}members": len(self.members), f"n_{prefix}nonmembers": len(self.nonmembers)}
+
+
+@dataclass(frozen=True)
 class ShadowAttackData:
     """The four sets of the shadow-model attack.
 
@@ -178,20 +201,42 @@ def balance(
     ValueError
         If a requested count is < 1 or exceeds the smaller set of its pair.
     """
-    gens = [np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(4)]
+    gens = _balance_generators(seed)
     pairs = (
         ("n_shadow", n_shadow, data.shadow_members, data.shadow_nonmembers),
         ("n_target", n_target, data.target_members, data.target_nonmembers),
     )
     parts: list[LabeledOutputs] = []
     for i, (name, n, members, nonmembers) in enumerate(pairs):
-        available = min(len(members), len(nonmembers))
-        if n is None:
-            n = available
-        if not 1 <= n <= available:
-            raise ValueError(f"{name} must be in [1, {available}] (smaller set of the pair), got {n}")
-        parts += [_take(members, n, gens[2 * i]), _take(nonmembers, n, gens[2 * i + 1])]
+        parts += _balance_pair(name, n, members, nonmembers, gens[2 * i], gens[2 * i + 1])
     return ShadowAttackData(*parts)
+
+
+def balance_members(data: MembershipOutputs, seed: int, n_target: int | None = None) -> MembershipOutputs:
+    """:func:`balance` for a target pair alone (no shadow sets).
+
+    Draws from the same generator streams :func:`balance` uses for the target pair, so
+    with equal ``seed`` and ``n_target`` both select exactly the same target examples.
+    """
+    gens = _balance_generators(seed)
+    return MembershipOutputs(*_balance_pair("n_target", n_target, data.members, data.nonmembers, gens[2], gens[3]))
+
+
+def _balance_generators(seed: int) -> list[np.random.Generator]:
+    # Streams 0, 1: shadow members / non-members; 2, 3: target members / non-members.
+    return [np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(4)]
+
+
+def _balance_pair(
+    name: str, n: int | None, members: LabeledOutputs, nonmembers: LabeledOutputs,
+    g_members: np.random.Generator, g_nonmembers: np.random.Generator,
+) -> list[LabeledOutputs]:
+    available = min(len(members), len(nonmembers))
+    if n is None:
+        n = available
+    if not 1 <= n <= available:
+        raise ValueError(f"{name} must be in [1, {available}] (smaller set of the pair), got {n}")
+    return [_take(members, n, g_members), _take(nonmembers, n, g_nonmembers)]
 
 
 def _feature_and_target(
@@ -201,6 +246,34 @@ def _feature_and_target(
     x = np.concatenate([fn(members.probs, members.labels), fn(nonmembers.probs, nonmembers.labels)])
     y = np.concatenate([np.ones(len(members), np.int64), np.zeros(len(nonmembers), np.int64)])
     return x, y
+
+
+def fit_shadow_scorer(
+    feature: str, classifier: str, shadow: MembershipOutputs, seed: int
+) -> Callable[[LabeledOutputs], np.ndarray]:
+    """Fit one (feature, classifier) attack model on shadow data; return its member-probability scorer.
+
+    The feature is standardized with shadow-data statistics only (the adversary cannot
+    label target data) and the classifier (:data:`CLASSIFIERS`, ``random_state=seed``)
+    learns shadow members (1) vs shadow non-members (0). The returned function maps
+    outputs of any model to ``P(member)``, shape ``(n,)``.
+    """
+    if feature not in FEATURES:
+        raise ValueError(f"feature must be one of {sorted(FEATURES)}, got {feature!r}")
+    if classifier not in CLASSIFIERS:
+        raise ValueError(f"classifier must be one of {sorted(CLASSIFIERS)}, got {classifier!r}")
+    x_shadow, y_shadow = _feature_and_target(feature, shadow.members, shadow.nonmembers)
+    mean, sd = fit_standardizer(x_shadow, name=f"{feature} on shadow data")
+    clf = CLASSIFIERS[classifier](seed)
+    clf.fit(standardize(x_shadow, mean, sd)[:, None], y_shadow)
+    member_col = list(clf.classes_).index(1)
+    fn = FEATURES[feature]
+
+    def score(part: LabeledOutputs) -> np.ndarray:
+        z = standardize(fn(part.probs, part.labels), mean, sd)[:, None]
+        return clf.predict_proba(z)[:, member_col]
+
+    return score
 
 
 def run_shadow_mia(
