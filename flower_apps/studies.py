@@ -16,8 +16,10 @@ The packages listed in ``BUILTIN`` are registered at import when present.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
+from collections.abc import Iterator
 
 from flower_apps.config import COMMON_KEYS, DECLARED, RUN_CONFIG_DEFAULTS, StudySpec
 
@@ -49,6 +51,20 @@ def register_study(spec: StudySpec) -> None:
     DECLARED.update({k.name: k for k in spec.keys.own})
     RUN_CONFIG_DEFAULTS.update({k.name: k.default for k in spec.keys.own})
     STUDIES[spec.name] = spec
+
+
+@contextlib.contextmanager
+def registered(spec: StudySpec) -> Iterator[StudySpec]:
+    """Register ``spec`` for the duration (tests, notebooks): the registries are process-wide, and this
+    restores them, keys included, on exit."""
+    saved = (dict(STUDIES), dict(DECLARED), dict(RUN_CONFIG_DEFAULTS))
+    register_study(spec)
+    try:
+        yield spec
+    finally:
+        for live, old in zip((STUDIES, DECLARED, RUN_CONFIG_DEFAULTS), saved):
+            live.clear()
+            live.update(old)
 
 
 def load_study(pkg: str) -> StudySpec:

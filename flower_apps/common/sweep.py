@@ -134,8 +134,10 @@ def run_pending(pending: list[Any], server_main: Callable[[Grid, Any], dict], is
         done[0] += 1
         el = time.perf_counter() - t0
         eta = el / done[0] * (len(pending) - done[0])
-        print(f"[{done[0]}/{len(pending)}] {summary['run']}: {describe(summary)} "
-              f"({summary['wall_seconds']:.0f}s; sweep {el:.0f}s elapsed, ETA {eta:.0f}s)", flush=True)
+        name = summary.get("run") or cfg.run_name or cfg.default_run_name
+        wall = f"{summary['wall_seconds']:.0f}s; " if "wall_seconds" in summary else ""
+        print(f"[{done[0]}/{len(pending)}] {name}: {describe(summary)} "
+              f"({wall}sweep {el:.0f}s elapsed, ETA {eta:.0f}s)", flush=True)
 
     run_many_in_process(pending, server_main, nodes, num_cpus, num_gpus, on_done=on_done)
     missing = [c for c in pending if not is_complete(c)]

@@ -13,20 +13,14 @@ import pytest
 from flower_apps import example_minimal
 from flower_apps.config import ConfigError
 from flower_apps.router import prepare
-from flower_apps.studies import STUDIES, register_study
+from flower_apps.studies import registered as registered_study
 
 
 @pytest.fixture(scope="module")
 def registered():
     """Register the example for this module only (the registries are process-wide)."""
-    from flower_apps.config import DECLARED, RUN_CONFIG_DEFAULTS
-
-    saved = (dict(STUDIES), dict(DECLARED), dict(RUN_CONFIG_DEFAULTS))
-    register_study(example_minimal.SPEC)
-    yield example_minimal.SPEC
-    for live, old in zip((STUDIES, DECLARED, RUN_CONFIG_DEFAULTS), saved):
-        live.clear()
-        live.update(old)
+    with registered_study(example_minimal.SPEC) as spec:
+        yield spec
 
 
 def test_keys_are_checked_from_the_one_table(registered):
