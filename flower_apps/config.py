@@ -21,6 +21,7 @@ import dataclasses
 import difflib
 import math
 import re
+import sys
 import tomllib
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import KW_ONLY, dataclass
@@ -346,6 +347,33 @@ class KeyTable:
         if missing:
             raise TypeError(f"{cls.__name__} fields {missing} are filled by no key of study {self.study!r}")
         return cls(**kwargs)
+
+    def config_class(self, name: str, *, run_name: Iterable[str] = (), doc: str = "") -> type:
+        """A frozen config dataclass derived from this table: one field per key (``Key.field``; ``study``
+        is left out), so a study declares each key once and never restates it as a field.
+
+        ``default_run_name`` (the run folder's name when ``run-name`` is '') is
+        ``<preset>[_<key><value>...]_s<seed>`` over the ``run_name`` keys: name the keys a sweep varies, or two
+        runs share a folder (the sweeps refuse that before any run starts). Use it with :meth:`build`.
+        """
+        fields_of = {key.name: key for key in self.keys.values() if key.name != "study"}
+        naming = tuple(run_name)
+        unknown = [k for k in naming if k not in fields_of]
+        if unknown:
+            raise ValueError(f"study {self.study!r}: run_name keys {unknown} are not in its key table")
+
+        def default_run_name(cfg: Any) -> str:
+            parts = [cfg.preset] + [f"{k}{toml_text(getattr(cfg, fields_of[k].field)).strip(chr(39))}"
+                                    for k in naming]
+            return "_".join(parts) + f"_s{cfg.seed}"
+
+        annotations = [(key.field, tuple if key.many else key.type) for key in fields_of.values()]
+        cls = dataclasses.make_dataclass(name, annotations, frozen=True,
+                                         namespace={"default_run_name": property(default_run_name)})
+        cls.__doc__ = doc or f"One run of study {self.study!r}: a field per key of its table (KeyTable.config_class)."
+        # Pickle finds the class where the study binds it: the calling module, under ``name``.
+        cls.__module__ = sys._getframe(1).f_globals.get("__name__", __name__)
+        return cls
 
 
 # Every registered key (flower_apps.studies adds each study's on registration).

@@ -62,3 +62,52 @@ def test_summary_card_reads_top_level_utility_and_epsilon(tmp_path):
     assert rows["dp"]["test accuracy (%)"].startswith("85.00 +- 7.07")
     assert rows["dp"]["MIA AUC (best attack)"].startswith("0.610") and rows["dp"]["seeds"] == 2
     assert math.isinf(card.collect(tmp_path)[-1]["eps"])
+
+
+def test_config_class_is_derived_from_the_key_table():
+    import dataclasses
+    import pickle
+
+    from flower_apps import example_minimal as ex
+    from flower_apps.config import RUN_CONFIG_DEFAULTS, resolve
+    from flower_apps.studies import registered
+
+    global ExampleRun  # pickle finds a derived class where the caller binds it, under its name
+    ExampleRun = ex.KEYS.config_class("ExampleRun", run_name=("ex-eps-cal", "lr"))
+    with registered(ex.SPEC):
+        _, flat = resolve({**RUN_CONFIG_DEFAULTS, "study": ex.STUDY, "preset": "smoke", "ex-eps-cal": 2.0}, STUDIES)
+        cfg = ex.KEYS.build(ExampleRun, flat)
+    names = [f.name for f in dataclasses.fields(cfg)]
+    assert names == [k.field for k in ex.KEYS.keys.values() if k.name != "study"]
+    assert cfg.ex_eps_cal == 2.0 and cfg.num_clients == 4 and cfg.default_run_name == "smoke_ex-eps-cal2.0_lr0.01_s0"
+    assert pickle.loads(pickle.dumps(cfg)) == cfg
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.seed = 1
+    with pytest.raises(ValueError, match=r"run_name keys \['nope'\] are not in its key table"):
+        ex.KEYS.config_class("Bad", run_name=("nope",))
+
+
+def test_run_record_refuses_a_finished_run_and_keeps_rounds(tmp_path):
+    from flower_apps.common.results import RunFinished, read_json, read_jsonl
+    from flower_apps.common.run_record import RunRecord
+
+    @dataclass(frozen=True)
+    class Cfg:
+        seed: int = 0
+        results_dir: str = str(tmp_path)
+        run_name: str = ""
+        rerun: str = "refuse"
+        lr: float = 0.1
+        default_run_name = "r_s0"
+
+    with pytest.raises(RuntimeError, match="boom"):
+        with RunRecord("mine", Cfg()) as run:
+            run.round({"round": 1, "acc": 0.5})
+            raise RuntimeError("boom")
+    folder = tmp_path / "mine" / "runs" / "r_s0"
+    assert read_jsonl(folder / "rounds.jsonl") == [{"round": 1, "acc": 0.5}] and not (folder / "summary.json").exists()
+    with RunRecord("mine", Cfg()) as run:  # an unfinished run starts again
+        summary = run.finish({"final_acc": 0.7})
+    assert read_json(folder / "summary.json") == summary and summary["run"] == "r_s0" and summary["final_acc"] == 0.7
+    with pytest.raises(RunFinished, match="holds a finished run of this config"):
+        RunRecord("mine", Cfg()).__enter__()
