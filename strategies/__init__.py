@@ -5,7 +5,9 @@
   loop), ``transport`` (fast polling), ``records`` (record keys), ``fixed_cohort`` (a fixed cohort
   for Flower's FedAvg family).
 - Round patterns: ``base`` (``PatternStrategy``: the grid view a round uses), ``fedavg_equal``
-  (FL), ``sequential`` (token passing); ``registry`` maps framework names to them.
+  (FL, equal client weights), ``fedavg_examples`` (FedAvg weighted by examples), ``sequential``
+  (token passing); ``registry`` maps framework names to them. Every plan-checked layer keeps the
+  per-client metrics of the replies that passed (``client_metrics``, strategies.cohorts).
 - Wrappers (composition, like Flower's DP wrappers): ``matched_perturbation``,
   ``server_fixed_clipping``, ``personalized_clipping``, ``drift_guard``, ``observer``; their bases
   in ``wrapper``; ``canaries`` (audit canary clients inside the trusted aggregation, issue 13).

@@ -34,6 +34,11 @@ class FastGrid:
 class PatternStrategy(Strategy):
     """A Flower strategy whose round uses the grid view returned by ``prepare_grid``."""
 
+    #: How the round's aggregate weights its members: "equal" (every contributor counts once, what the
+    #: DP wrappers size their noise for: strategies.matched_perturbation) or "examples" (by reported
+    #: example counts, strategies.fedavg_examples). Wrappers copy the value of the strategy they wrap.
+    member_weights = "equal"
+
     def prepare_grid(self, grid: Grid) -> Grid:
         """Return the grid view this strategy's rounds communicate through."""
         return FastGrid(grid)  # type: ignore[return-value]

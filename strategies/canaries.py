@@ -93,10 +93,15 @@ class CanaryInsertion(PatternStrategy):
     def __init__(self, strategy: PatternStrategy, canaries: CanarySet, placement: str) -> None:
         if placement not in PLACEMENTS:
             raise ValueError(f"placement must be one of {PLACEMENTS}, got {placement!r}")
+        if strategy.member_weights != "equal":
+            # the cohort mean below gives the real clients total weight = their number (one each)
+            raise ValueError(f"canaries join a mean of equal-weight members; {type(strategy).__name__} "
+                             f"weights them by {strategy.member_weights!r}")
         self.strategy = strategy
         self.canaries = canaries
         self.placement = placement
         self.array_claims = strategy.array_claims
+        self.member_weights = strategy.member_weights
         self._inserted = canaries.inserted_indices()
         self._sum = canary_sum(canaries, self._inserted)
         self._current: OrderedDict[str, np.ndarray] | None = None

@@ -219,11 +219,32 @@ def check_replies(sent: Iterable[Message], replies: Iterable[Message], array_cla
     return out
 
 
+def kept_client_metrics(checked: CheckedReplies, record_key: str = "metrics") -> dict[int, dict]:
+    """Client id -> the ``record_key`` metrics of its reply, for the replies that passed the plan check.
+
+    Only ``checked.reply_of`` is read: refused, forged and error replies never appear. A reply that
+    speaks for several planned clients (``clients_per_message > 1``) reports them together, so each
+    of them maps to a copy of that reply's metrics (its ``num-examples`` is their sum). Clients come
+    in the order their replies were accepted (what the ultrasound study's tables have always used).
+    """
+    out: dict[int, dict] = {}
+    for c, reply in checked.reply_of.items():
+        if record_key in reply.content.metric_records:
+            rec = reply.content.metric_records[record_key]
+            out[c] = {k: list(v) if isinstance(v, list) else v for k, v in rec.items()}
+    return out
+
+
 class PlanChecked:
     """Mixin for strategies and wrappers: remember the round's messages, check replies against them.
 
     ``configure_train`` returns ``self.remember(messages)``; ``aggregate_train`` starts with
     ``checked = self.check(server_round, replies)``. Rejections are logged once per layer.
+
+    Every check keeps, in this layer's own ``client_metrics`` (round -> client id -> metrics, see
+    :func:`kept_client_metrics`), the per-client metrics of the replies that passed it, so that a
+    study can write per-client metrics without an observer; ``problems`` keeps why the others did
+    not contribute (:func:`round_problems`).
     """
 
     array_claims = "each"
@@ -252,6 +273,7 @@ class PlanChecked:
         # round -> {logical client: why it did not contribute}, in this layer's own __dict__ (a wrapper's
         # attribute lookup may fall through to the wrapped strategy); see :func:`round_problems`
         self.__dict__.setdefault("problems", {})[server_round] = dict(checked.problem_of)
+        self.__dict__.setdefault("client_metrics", {})[server_round] = kept_client_metrics(checked)
         return checked
 
 

@@ -1,6 +1,7 @@
 """FL No-DP: FedAvg with equal client weights (seed paper, Sec. 3.3).
 
 Every logical client trains from w(t); w(t+1) is the unweighted mean of the client models.
+The example-weighted variant (strategies.fedavg_examples) overrides ``client_weights`` and ``combine``.
 """
 
 from __future__ import annotations
@@ -47,23 +48,35 @@ class EqualWeightFedAvg(LogicalClientStrategy):
     def summary(self) -> None:
         log.info("EqualWeightFedAvg: %d clients, %d per message", len(self.client_ids), self.clients_per_message)
 
+    def client_weights(self, reply: Message, clients: list[int]) -> dict[int, float]:
+        """Weight of each client a valid ``reply`` speaks for: 1 each (the seed paper's unweighted mean)."""
+        return dict.fromkeys(clients, 1.0)
+
+    def combine(self, models: list[OrderedDict[str, np.ndarray]], weights: list[float]) -> OrderedDict[str, np.ndarray]:
+        """The round's aggregate of the contributors' models (ordered by client id); weights are all 1 here."""
+        return equal_weight_mean(models)
+
     def aggregate_train(
         self, server_round: int, replies: Iterable[Message]
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
         # Only replies that speak for exactly the clients their message asked for count.
         checked = self.check(server_round, replies)
         models: dict[int, OrderedDict[str, np.ndarray]] = {}
+        weights: dict[int, float] = {}
         losses = []
         for reply in checked.valid:
-            for cid, rec in client_arrays(reply).items():
+            arrays = client_arrays(reply)
+            for cid, rec in arrays.items():
                 models[cid] = to_numpy(rec)
+            weights.update(self.client_weights(reply, sorted(arrays)))
             m = reply.content["metrics"]
             losses.append((float(m["train-loss"]), int(m["num-examples"])))
         expected = len(self.client_ids)
         if not models:
             log.warning("round %d: no client replied; the model is unchanged", server_round)
             return None, MetricRecord({"num-contributors": 0, "num-failed": expected})
-        agg = equal_weight_mean([models[c] for c in sorted(models)])
+        order = sorted(models)
+        agg = self.combine([models[c] for c in order], [weights[c] for c in order])
         n_ex = sum(n for _, n in losses)
         metrics = MetricRecord(
             {

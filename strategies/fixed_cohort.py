@@ -77,9 +77,5 @@ class FixedCohort(PlanChecked):
         """Check a train round's replies and record who contributed (what aggregate_train does first)."""
         checked = self.check(server_round, replies)
         self.last_checked = checked
-        self.contributors[server_round] = checked.contributors
-        mkey = "metrics"
-        self.client_metrics[server_round] = {
-            c: dict(r.content.metric_records[mkey]) for c, r in checked.reply_of.items()
-            if mkey in r.content.metric_records}
+        self.contributors[server_round] = checked.contributors  # client_metrics: kept by PlanChecked.check
         return checked

@@ -56,7 +56,8 @@ class MatchedPerturbation(PlanChecked, PatternStrategy):
 
     Parameters
     ----------
-    strategy : the wrapped strategy (EqualWeightFedAvg or SequentialDFL).
+    strategy : the wrapped strategy (EqualWeightFedAvg or SequentialDFL); its ``member_weights`` must be
+        "equal" (an example-weighted mean is refused: the noise would be miscalibrated).
     clip_norm : C.
     eps_cal, delta_cal : calibration of sigma_abs = (C / N) sqrt(2 ln(1.25/delta_cal)) / eps_cal.
     clip_at : "client" (Algorithm 1: every client update) or "aggregate" (Algorithm 2).
@@ -82,6 +83,11 @@ class MatchedPerturbation(PlanChecked, PatternStrategy):
             raise ValueError(f"fault must be '' or one of {FAULTS}, got {fault!r}")
         check_fault(fault)  # refused unless PPFL_ALLOW_DP_FAULTS=1 (never a production default)
         calibrate_sigma_abs(clip_norm, 1, eps_cal, delta_cal)  # validates the arguments
+        if strategy.member_weights != "equal":
+            # sigma_abs = (C / N) ...: the sensitivity of a mean of N equal-weight clipped updates. A weighted
+            # mean's is C max_k p_k > C / N, so this noise would be too small for the epsilon it reports.
+            raise ValueError(f"matched perturbation sizes its noise for a mean of equal-weight members; "
+                             f"{type(strategy).__name__} weights them by {strategy.member_weights!r}")
         self.strategy = strategy
         self.clip_norm = clip_norm
         self.eps_cal = eps_cal

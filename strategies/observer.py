@@ -31,6 +31,7 @@ class RoundObserver(PlanChecked, PatternStrategy):
         self.on_replies = on_replies
         self.on_result = on_result
         self.array_claims = getattr(strategy, "array_claims", "each")
+        self.member_weights = getattr(strategy, "member_weights", "equal")
 
     def summary(self) -> None:
         self.strategy.summary()

@@ -1,4 +1,8 @@
-"""Name -> strategy builder for the dfl-dp frameworks (refuses duplicate names)."""
+"""Name -> learning framework over logical clients, for any study (refuses duplicate names).
+
+A framework is a strategy builder ``(client_ids, action, clients_per_message)`` and where its DP
+variant (matched perturbation, strategies.matched_perturbation) clips, or None when it has none.
+"""
 
 from __future__ import annotations
 
@@ -9,24 +13,38 @@ from privacy.randomness import NoiseSource
 from strategies.base import PatternStrategy
 from strategies.canaries import CanaryInsertion
 from strategies.fedavg_equal import EqualWeightFedAvg
-from strategies.matched_perturbation import MatchedPerturbation
+from strategies.fedavg_examples import ExampleWeightedFedAvg
+from strategies.matched_perturbation import CLIP_LEVELS, MatchedPerturbation
 from strategies.sequential import SequentialDFL
 
 Builder = Callable[..., PatternStrategy]
-FRAMEWORKS: dict[str, tuple[Builder, str]] = {}
+FRAMEWORKS: dict[str, tuple[Builder, str | None]] = {}
 # Where an audit canary enters each framework's round (strategies.canaries.PLACEMENTS).
 CANARY_PLACEMENT = {"client": "cohort-mean", "aggregate": "chain-end"}
 
 
-def register_framework(name: str, builder: Builder, clip_at: str) -> None:
-    """Register a learning framework: how to build it and where its DP variant clips."""
+def register_framework(name: str, builder: Builder, clip_at: str | None) -> None:
+    """Register a learning framework: how to build it and where its DP variant clips (None: no DP variant)."""
     if name in FRAMEWORKS:
         raise ValueError(f"framework {name!r} is already registered")
+    if clip_at is not None and clip_at not in CLIP_LEVELS:
+        raise ValueError(f"clip_at must be None or one of {CLIP_LEVELS}, got {clip_at!r}")
     FRAMEWORKS[name] = (builder, clip_at)
 
 
+def supports_dp(framework: str) -> bool:
+    """Whether ``framework`` has a DP variant (``build_strategy(..., dp=True)``)."""
+    if framework not in FRAMEWORKS:
+        raise ValueError(f"unknown framework {framework!r}; allowed: {sorted(FRAMEWORKS)}")
+    return FRAMEWORKS[framework][1] is not None
+
+
+# FedAvg with equal client weights: the seed paper's FL (Sec. 3.3), what the dfl-dp study calls "fl".
 register_framework("fl", EqualWeightFedAvg, "client")
 register_framework("sequential-dfl", SequentialDFL, "aggregate")
+# FedAvg weighted by reported examples (McMahan et al. 2017). No DP variant: the matched perturbation's
+# noise is sized for equal weights (strategies.fedavg_examples).
+register_framework("fedavg-examples", ExampleWeightedFedAvg, None)
 
 
 def build_strategy(
@@ -53,6 +71,9 @@ def build_strategy(
     if framework not in FRAMEWORKS:
         raise ValueError(f"unknown framework {framework!r}; allowed: {sorted(FRAMEWORKS)}")
     builder, clip_at = FRAMEWORKS[framework]
+    if dp and clip_at is None:
+        raise ValueError(f"framework {framework!r} has no DP variant (matched perturbation sizes its noise for "
+                         f"equal-weight members); DP frameworks: {sorted(f for f in FRAMEWORKS if supports_dp(f))}")
     inner = builder(client_ids, action, clients_per_message)
     if canaries is not None and not dp:
         raise ValueError("canaries audit a DP mechanism: they need dp=True")
@@ -60,6 +81,7 @@ def build_strategy(
         raise ValueError(f"fault {fault!r} breaks a DP mechanism: it needs dp=True")
     if not dp:
         return inner
+    assert clip_at is not None
     if clip_norm is None or eps_cal is None:
         raise ValueError("dp=True needs clip_norm and eps_cal")
     if canaries is not None:

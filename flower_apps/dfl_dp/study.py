@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from datasets.registry import DATASETS
 from flower_apps.config import COMMON_KEYS, SHARED_KEYS, Key, KeyTable
-from strategies.registry import FRAMEWORKS
 
 STUDY = "dfl-dp"
 ACTION = "dfl_dp"
@@ -17,7 +16,8 @@ KEYS = KeyTable(STUDY, (
     COMMON_KEYS["dataset"].refine(choices=DATASETS),
     # mnist-5k is the built-in offline subset (datasets/registry.py): it reads no files
     COMMON_KEYS["data-dir"].refine(unused_when={"dataset": ("mnist-5k",)}),
-    Key("framework", "fl", str, choices=FRAMEWORKS, doc="fl (FedAvg) or sequential-dfl (token passing)"),
+    # the frameworks client_app.train plays (strategies.registry holds others, e.g. fedavg-examples)
+    Key("framework", "fl", str, choices=("fl", "sequential-dfl"), doc="fl (FedAvg) or sequential-dfl (token passing)"),
     Key("dp", True, bool, doc="add the matched Gaussian perturbation (false: no clipping, no noise)"),
     Key("clip-norm", 1.0, float, gt=0, doc="C: L2 clipping norm of each update"),
     Key("eps-cal", 2.0, float, gt=0, doc="epsilon used to calibrate sigma_abs"),

@@ -13,10 +13,17 @@ from strategies.cohorts import config_record, plan_cohorts
 from strategies.fedavg_equal import EqualWeightFedAvg
 from strategies.matched_perturbation import MatchedPerturbation
 from strategies.records import client_key, from_numpy, to_numpy
-from strategies.registry import FRAMEWORKS, build_strategy
+from strategies.registry import FRAMEWORKS, build_strategy, supports_dp
 from strategies.sequential import SequentialDFL
 
 SHAPES = {"w": (2, 3), "b": (3,)}
+#: (framework, dp) for every registered framework, with DP only where it has a DP variant
+WITH_DP = [(f, dp) for f in sorted(FRAMEWORKS) for dp in (False, True) if not dp or supports_dp(f)]
+
+
+def one_model_per_client(framework: str) -> bool:
+    """Whether the framework's clients each return a model (a mean), or pass one token along (a chain)."""
+    return framework == "fl" or (framework in FRAMEWORKS and FRAMEWORKS[framework][0].array_claims == "each")
 
 
 def model_of(value: float) -> OrderedDict:
@@ -36,13 +43,13 @@ def make_handler(framework: str, client_models: dict[int, OrderedDict] | None = 
         for cid in cids:
             if recorder is not None:
                 recorder.append((cid, OrderedDict((k, v.copy()) for k, v in model.items())))
-            if framework == "fl":
+            if one_model_per_client(framework):
                 m = client_models[cid] if client_models else OrderedDict(
                     (k, v + step * (cid + 1)) for k, v in received.items())
                 out[client_key(cid)] = from_numpy(m)
             else:
                 model = OrderedDict((k, v + step) for k, v in model.items())
-        if framework != "fl":
+        if not one_model_per_client(framework):
             out[client_key(cids[-1])] = from_numpy(model)
         out["metrics"] = MetricRecord({"num-examples": 10 * len(cids), "train-loss": 1.0, "client-ids": cids})
         return Message(out, reply_to=msg)
@@ -101,8 +108,7 @@ def test_sequential_skips_failed_hop_and_passes_token(fake_grid_cls):
     assert metrics["num-contributors"] == 2 and metrics["num-failed"] == 1
 
 
-@pytest.mark.parametrize("framework", sorted(FRAMEWORKS))
-@pytest.mark.parametrize("dp", [False, True])
+@pytest.mark.parametrize("framework,dp", WITH_DP)
 def test_contract_every_strategy_handles_all_failed(fake_grid_cls, framework, dp):
     grid = fake_grid_cls([1, 2], make_handler(framework), fail_nodes={1, 2})
     s = build_strategy(framework, [0, 1], "x", dp=dp, clip_norm=1.0, eps_cal=1.0)
@@ -111,14 +117,29 @@ def test_contract_every_strategy_handles_all_failed(fake_grid_cls, framework, dp
     assert metrics["num-contributors"] == 0
 
 
-@pytest.mark.parametrize("framework", sorted(FRAMEWORKS))
-def test_contract_keys_and_shapes_preserved(fake_grid_cls, framework):
+@pytest.mark.parametrize("framework,dp", WITH_DP)
+def test_contract_keys_and_shapes_preserved(fake_grid_cls, framework, dp):
     grid = fake_grid_cls([1, 2, 3], make_handler(framework))
-    s = build_strategy(framework, [0, 1, 2], "x", dp=True, clip_norm=0.5, eps_cal=2.0)
+    s = build_strategy(framework, [0, 1, 2], "x", dp=dp, clip_norm=0.5, eps_cal=2.0)
     arrays, _ = one_round(s, grid, model_of(0.0))
     out = to_numpy(arrays)
     assert list(out) == list(SHAPES)
     assert all(out[k].shape == SHAPES[k] and out[k].dtype == np.float32 for k in SHAPES)
+
+
+@pytest.mark.parametrize("framework", [f for f in sorted(FRAMEWORKS) if one_model_per_client(f)])
+def test_contract_mean_with_equal_example_counts_is_the_equal_mean(fake_grid_cls, framework):
+    # every client reports 10 examples (make_handler): any weighting gives the plain mean of 1, 2, 3
+    grid = fake_grid_cls([1, 2, 3], make_handler(framework, step=1.0))
+    arrays, metrics = one_round(build_strategy(framework, [0, 1, 2], "x"), grid, model_of(0.0))
+    np.testing.assert_allclose(to_numpy(arrays)["w"], 2.0, rtol=1e-6)
+    assert metrics["num-contributors"] == 3 and metrics["num-failed"] == 0
+
+
+@pytest.mark.parametrize("framework", [f for f in sorted(FRAMEWORKS) if not supports_dp(f)])
+def test_contract_framework_without_dp_variant_refuses_dp(framework):
+    with pytest.raises(ValueError, match="no DP variant"):
+        build_strategy(framework, [0, 1], "x", dp=True, clip_norm=1.0, eps_cal=1.0)
 
 
 def test_dp_fl_clips_each_update_and_adds_calibrated_noise(fake_grid_cls):
