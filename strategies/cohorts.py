@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from flwr.app import ArrayRecord, ConfigRecord, Error, Message, MessageType, RecordDict
 from flwr.serverapp import Grid
@@ -248,17 +248,24 @@ class PlanChecked:
     """
 
     array_claims = "each"
+    required_metrics: frozenset[str] = frozenset()  # what this layer's aggregation reads from each reply
 
     def reply_rules_in_force(self) -> ReplyRules:
         """The rules replies are checked with: the first layer (this one, then the strategies it wraps,
-        through their ``strategy`` attribute) that was given ``reply_rules``; else the defaults."""
+        through their ``strategy`` attribute) that was given ``reply_rules``, else the defaults; with the
+        ``required_metrics`` of every layer added."""
         layer: object | None = self
+        found: ReplyRules | None = None
+        required: set[str] = set()
         while layer is not None:
-            rules = vars(layer).get("reply_rules")
-            if rules is not None:
-                return rules
+            required |= getattr(type(layer), "required_metrics", frozenset())
+            if found is None:
+                found = vars(layer).get("reply_rules")
             layer = vars(layer).get("strategy")
-        return DEFAULT_RULES
+        rules = found or DEFAULT_RULES
+        if required - rules.required_metrics:
+            rules = replace(rules, required_metrics=rules.required_metrics | required)
+        return rules
 
     def remember(self, messages: Iterable[Message]) -> list[Message]:
         """Keep this round's messages (Flower sets their ids when it pushes them)."""

@@ -44,6 +44,7 @@ class EqualWeightFedAvg(LogicalClientStrategy):
     """
 
     array_claims = "each"  # a reply carries one model per client its message asked for
+    required_metrics = frozenset({"num-examples", "train-loss"})  # the round's train-loss is their weighted mean
 
     def summary(self) -> None:
         log.info("EqualWeightFedAvg: %d clients, %d per message", len(self.client_ids), self.clients_per_message)

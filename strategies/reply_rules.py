@@ -120,6 +120,9 @@ class ReplyRules:
         inversion attacks): any shape, every value finite; they never enter an aggregate.
     content_check : a study's own check of the rest of the content (reply, planned clients) ->
         why not, or None; runs after everything above passed.
+    required_metrics : metrics the reply's ``metrics`` record must carry (what the aggregation reads;
+        a strategy adds its own, ``PlanChecked.required_metrics``): a reply without one is refused
+        rather than crashing the round.
     """
 
     max_examples: int = MAX_EXAMPLES_DEFAULT
@@ -133,6 +136,7 @@ class ReplyRules:
     max_examples_of: Mapping[int, int] | None = None
     side_arrays: tuple[str, ...] = ()
     content_check: Callable[[Message, tuple[int, ...]], str | None] | None = None
+    required_metrics: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         if not 1 <= int(self.max_examples) <= MAX_EXAMPLES_DEFAULT:
@@ -219,6 +223,11 @@ def reply_problem(sent: Message, reply: Message, planned: tuple[int, ...], array
         missing = [k for k in sent_arrays if k not in content.array_records]
         if missing:
             return f"no model under {missing} (the message sent one)"
+    if rules.required_metrics:
+        have = set(content.metric_records["metrics"].keys()) if "metrics" in content.metric_records else set()
+        missing = sorted(rules.required_metrics - have)
+        if missing:
+            return f"metrics 'metrics': missing {missing}, which the aggregation reads"
     for rkey, mrec in content.metric_records.items():
         if rules.metric_keys is not None and set(mrec.keys()) != set(rules.metric_keys):
             extra = sorted(set(mrec.keys()) - rules.metric_keys)

@@ -65,6 +65,7 @@ class SequentialDFL(LogicalClientStrategy):
     """Token passing through ``client_ids`` in that fixed order every round."""
 
     array_claims = "last"  # a hop's reply carries one token, under the hop's last client
+    required_metrics = frozenset({"num-examples", "train-loss"})  # the round's train-loss is their weighted mean
 
     def summary(self) -> None:
         log.info("SequentialDFL: chain of %d clients, %d per message", len(self.client_ids), self.clients_per_message)

@@ -50,3 +50,20 @@ def test_committed_size_and_exact_metric_keys():
     assert "committed" in reply_problem(_sent(), _reply(), (0,), "none", rules)
     assert "unexpected" in reply_problem(_sent(), _reply(evil=1.0), (0,), "none",
                                          ReplyRules(metric_keys=frozenset({"num-examples", "train-loss"})))
+
+
+def test_a_reply_without_a_metric_the_aggregation_reads_is_refused_not_a_crash():
+    """EqualWeightFedAvg and SequentialDFL read train-loss and num-examples: a reply without them is a
+    rejected reply (the round goes on), never a KeyError in the server."""
+    from flwr.app import Message as Msg
+
+    from strategies.registry import build_strategy
+
+    rules = ReplyRules(required_metrics=frozenset({"train-loss"}))
+    no_loss = Msg(RecordDict({"arrays": from_numpy(MODEL), "metrics": MetricRecord({"num-examples": 10})}),
+                  reply_to=_sent())
+    assert "missing ['train-loss']" in reply_problem(_sent(), no_loss, (0,), "none", rules)
+    assert reply_problem(_sent(), _reply(), (0,), "none", rules) is None
+    for framework in ("fl", "sequential-dfl"):
+        strategy = build_strategy(framework, [0, 1], "x", dp=True, clip_norm=1.0, eps_cal=1.0)
+        assert strategy.reply_rules_in_force().required_metrics == {"num-examples", "train-loss"}
