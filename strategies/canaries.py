@@ -103,7 +103,7 @@ class CanaryInsertion(PatternStrategy):
         self.array_claims = strategy.array_claims
         self.member_weights = strategy.member_weights
         self._inserted = canaries.inserted_indices()
-        self._sum = canary_sum(canaries, self._inserted)
+        self._sum_cache: np.ndarray | None = None  # sum_k c_k, computed once when first needed
         self._current: OrderedDict[str, np.ndarray] | None = None
         self._clip: MemberClip | None = None
 
@@ -111,6 +111,14 @@ class CanaryInsertion(PatternStrategy):
         """Pass each canary's model through ``clip(round, who, model)``, the client clip of the DP wrapper
         (``MatchedPerturbation`` calls this for FL). Without it the canaries enter as they are."""
         self._clip = clip
+
+    @property
+    def _sum(self) -> np.ndarray:
+        """sum_k c_k over the inserted canaries (flat, float64); unused when a clip is set (FL), so not
+        computed at construction: it copies the K_in x d canary rows."""
+        if self._sum_cache is None:
+            self._sum_cache = canary_sum(self.canaries, self._inserted)
+        return self._sum_cache
 
     def _clipped_sum(self, server_round: int) -> np.ndarray:
         """sum_k clip(w(t) + c_k) - w(t) over the inserted canaries (flat, float64): each canary's model is
@@ -121,7 +129,7 @@ class CanaryInsertion(PatternStrategy):
         cur_flat = flat_params(self._current)
         total = np.zeros(self.canaries.dim)
         for k in self._inserted:
-            reply = add_flat(self._current, self.canaries.vectors[k].astype(np.float64))
+            reply = add_flat(self._current, np.asarray(self.canaries.vectors[k], dtype=np.float64))
             total += flat_params(self._clip(server_round, f"canary-{int(k)}", reply)) - cur_flat
         return total
 

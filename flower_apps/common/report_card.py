@@ -169,7 +169,9 @@ def strongest_mia(rows: Iterable[dict]) -> dict:
     best = max(rows, key=lambda r: r["auc"])
     name = best.get("attack") or f"{best.get('feature')}/{best.get('classifier')}"
     return {"mia_auc": float(best["auc"]), "mia_attack": name,
-            "mia_tpr_0.001": max(float(r["tpr_at_fpr_0.001"]) for r in rows)}
+            # None: too few non-members to measure that FPR (attacks.membership.runners)
+            "mia_tpr_0.001": max((float(r["tpr_at_fpr_0.001"]) for r in rows
+                                  if r.get("tpr_at_fpr_0.001") is not None), default=None)}
 
 
 def best_ssim(rows: Iterable[dict]) -> float | None:
