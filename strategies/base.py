@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Result, Strategy
+from threadpoolctl import threadpool_limits
 
 from strategies.cohorts import PlanChecked, build_train_messages, plan_cohorts
 from strategies.transport import send_and_receive
@@ -53,9 +54,14 @@ class PatternStrategy(Strategy):
         evaluate_config: ConfigRecord | None = None,
         evaluate_fn: Callable[[int, ArrayRecord], MetricRecord | None] | None = None,
     ) -> Result:
-        return super().start(
-            self.prepare_grid(grid), initial_arrays, num_rounds, timeout, train_config, evaluate_config, evaluate_fn
-        )
+        # The server's NumPy math (clipping, noise, canaries: model-sized, memory-bound vectors) runs on one
+        # BLAS thread. Idle OpenBLAS workers spin after each call and took a core from the central evaluation
+        # and the in-process SuperLink (issue 37: the audited FL round, twice as many clips, ran 1.26x; see
+        # docs/audit.md). Torch keeps its own threads.
+        with threadpool_limits(limits=1, user_api="blas"):
+            return super().start(
+                self.prepare_grid(grid), initial_arrays, num_rounds, timeout, train_config, evaluate_config, evaluate_fn
+            )
 
     # Studies evaluate centrally (server-side test set); no federated evaluation round.
     def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid) -> list:

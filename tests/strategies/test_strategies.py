@@ -232,3 +232,21 @@ def test_matched_perturbation_rejects_bad_arguments():
         MatchedPerturbation(EqualWeightFedAvg([0], "x"), 1.0, 1.0, 1e-5, "nowhere")
     with pytest.raises(ValueError, match="clip_norm"):
         MatchedPerturbation(EqualWeightFedAvg([0], "x"), 0.0, 1.0, 1e-5, "client")
+
+
+def test_pattern_strategies_run_the_server_math_on_one_blas_thread(monkeypatch):
+    """Idle OpenBLAS workers spin after each call and take a core from the evaluation (issue 37's audit
+    overhead): the round loop runs with one BLAS thread, and the limit ends with it."""
+    from flwr.serverapp.strategy import Strategy
+    from threadpoolctl import threadpool_info
+
+    from strategies.registry import build_strategy
+
+    def blas_threads() -> list[int]:
+        return [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"]
+
+    seen: list[list[int]] = []
+    monkeypatch.setattr(Strategy, "start", lambda self, *args, **kwargs: seen.append(blas_threads()))
+    before = blas_threads()
+    build_strategy("fl", [0, 1], "x", dp=True, clip_norm=1.0, eps_cal=1.0).start(object(), None)
+    assert seen and all(n == 1 for n in seen[0]) and blas_threads() == before
