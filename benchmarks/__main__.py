@@ -21,7 +21,7 @@ import platform
 import sys
 import time
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
 
@@ -75,7 +75,7 @@ def _harness(module: str, func: str = "measure"):
     """``benchmarks.<module>.<func>``, or None with the reason when it is not there."""
     try:
         mod = importlib.import_module(f"benchmarks.{module}")
-    except Exception as ex:  # noqa: BLE001 - any import failure means "cannot run here", said in the row
+    except Exception as ex:  # any import failure means "cannot run here", said in the row
         return None, f"import failed: {type(ex).__name__}: {ex}"
     fn = getattr(mod, func, None)
     return (fn, "") if callable(fn) else (None, f"benchmarks/{module}.py has no {func}()")
@@ -165,7 +165,7 @@ def run_all(names: list[str], benchmarks: dict[str, Callable[[], list[dict]]] | 
         try:
             with contextlib.redirect_stdout(sys.stderr):  # harnesses' progress lines; the table owns stdout
                 got = check_rows(name, benchmarks[name]())
-        except Exception as ex:  # noqa: BLE001 - one failing harness must not hide the others' rows
+        except Exception as ex:  # one failing harness must not hide the others' rows
             got = [skipped_row(name, f"{type(ex).__name__}: {ex}")]
         ok &= not any(r["metric"].startswith(f"{name}: not run") for r in got)
         rows += [{"benchmark": name, **r} for r in got]
@@ -200,7 +200,7 @@ def table_lines(rows: list[dict], markdown: bool) -> list[str]:
     if markdown:
         return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + ["| " + " | ".join(c) + " |" for c in cells]
     widths = [max(len(x) for x in col) for col in zip(head, *cells)]
-    line = lambda c: "  ".join(x.ljust(w) for x, w in zip(c, widths)).rstrip()  # noqa: E731
+    line = lambda c: "  ".join(x.ljust(w) for x, w in zip(c, widths)).rstrip()
     return [line(head), line(["-" * w for w in widths])] + [line(c) for c in cells]
 
 
@@ -223,7 +223,7 @@ def machine() -> dict[str, str]:
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return {"cpu": model, "cores": str(cores), "load": f"{os.getloadavg()[0]:.1f}" if hasattr(os, "getloadavg") else "?",
             "python": platform.python_version(), **versions,
-            "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
+            "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")}
 
 
 def markdown_block(rows: list[dict], info: dict[str, str], command: str, seconds: float) -> str:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import time
 from collections.abc import Callable, Hashable
 
 import torch

@@ -35,16 +35,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import torch  # noqa: E402
+import torch
 
-from flower_apps.common.local_training import train_local  # noqa: E402
-from flower_apps.common.seeding import client_generator  # noqa: E402
-from flower_apps.common.torch_utils import record_to_state, state_to_record  # noqa: E402
-from flower_apps.config import RUN_CONFIG_DEFAULTS  # noqa: E402
-from datasets.image_plan import build_image_plan  # noqa: E402
-from flower_apps.dfl_dp.data import data_key  # noqa: E402
-from models.small_cnn import build_small_cnn  # noqa: E402
-from flower_apps.router import prepare  # noqa: E402
+from datasets.image_plan import build_image_plan
+from flower_apps.common.local_training import train_local
+from flower_apps.common.seeding import client_generator
+from flower_apps.common.torch_utils import record_to_state, state_to_record
+from flower_apps.config import RUN_CONFIG_DEFAULTS
+from flower_apps.dfl_dp.data import data_key
+from flower_apps.router import prepare
+from models.small_cnn import build_small_cnn
 
 TARGETS = {"fl": 1.3, "sequential-dfl": 1.5}
 FULL = {"clients": 100, "data_fraction": 1.0, "rounds": 3}

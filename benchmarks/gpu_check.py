@@ -174,7 +174,7 @@ def environment() -> tuple[list[str], dict]:
                      capability=f"{props.major}.{props.minor}")
     try:
         importlib.import_module("flower_apps.router")
-    except Exception as exc:  # noqa: BLE001 - report any import problem of the project itself
+    except Exception as exc:  # report any import problem of the project itself
         missing.append(f"flower_apps ({type(exc).__name__}: {exc})")
     return missing, facts
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.mixnet_simulation_speed import PAPER_WALL_PER_ROUND_S, run  # noqa: E402
+from benchmarks.mixnet_simulation_speed import PAPER_WALL_PER_ROUND_S, run
 
 TARGET_S_PER_ROUND = 4.0
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._ultrasound_epoch import epoch_seconds, parser  # noqa: E402
+from benchmarks._ultrasound_epoch import epoch_seconds, parser
 
 TARGET_RATIO = 0.9
 

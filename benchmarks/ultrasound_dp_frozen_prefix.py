@@ -23,8 +23,8 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from flower_apps.ultrasound.models import create_model  # noqa: E402
-from privacy.dpsgd import ghost_clipping_backward, ghost_targets, make_private  # noqa: E402
+from flower_apps.ultrasound.models import create_model
+from privacy.dpsgd import ghost_clipping_backward, ghost_targets, make_private
 
 TARGET_RATIO = 0.7
 

@@ -33,8 +33,8 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from flower_apps.ultrasound.models import ARCHS  # noqa: E402
-from privacy.dpsgd import ghost_clipping_backward, make_opacus_compatible, make_private  # noqa: E402
+from flower_apps.ultrasound.models import ARCHS
+from privacy.dpsgd import ghost_clipping_backward, make_opacus_compatible, make_private
 
 DEFAULT_ARCHS = ("mobilenetv2_100", "resnet50", "vit_small_patch16_224")
 DEFAULT_MODES = ("hooks", "functorch", "ew", "ghost", "ghost-2pass", "ghost-opacus")

@@ -26,10 +26,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from flower_apps.ultrasound import features  # noqa: E402
-from flower_apps.ultrasound.models import create_model  # noqa: E402
-from flower_apps.ultrasound.train import DpSettings, train_local  # noqa: E402
-from privacy.randomness import NoiseSource  # noqa: E402
+from flower_apps.ultrasound import features
+from flower_apps.ultrasound.models import create_model
+from flower_apps.ultrasound.train import DpSettings, train_local
+from privacy.randomness import NoiseSource
 
 TARGET_RATIO = 0.4
 

@@ -159,7 +159,7 @@ def check_images(x: np.ndarray, y: np.ndarray, num_classes: int, where: str | Pa
 
     ``fail(where, problem)`` builds the exception (a manifest's :meth:`NodeManifest.fail` names the node).
     """
-    bad = lambda problem: fail(where, problem)  # noqa: E731
+    bad = lambda problem: fail(where, problem)
 
     if x.dtype != np.uint8 or x.ndim not in (3, 4):
         raise bad(f"x must be uint8 images (n, H, W) or (n, H, W, C), got {x.dtype} {x.shape}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import numpy as np
+
 from registry import Registry
 
 Partitioner = Callable[..., list[np.ndarray]]

@@ -92,7 +92,7 @@ def make_ca(common_name: str = "ppfl-studies Flower CA", days: int = 825,
         raise ValueError(f"days must be >= 1, got {days}")
     key = ec.generate_private_key(CURVE)
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
-    now = dt.datetime.now(dt.timezone.utc)
+    now = dt.datetime.now(dt.UTC)
     cert = (
         x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
         .serial_number(x509.random_serial_number())
@@ -120,7 +120,7 @@ def make_server_cert(ca_key: ec.EllipticCurvePrivateKey, ca_cert: x509.Certifica
         raise ValueError(f"days must be >= 1, got {days}")
     sans = list(dict.fromkeys(names))  # keep order, drop duplicates
     key = ec.generate_private_key(CURVE)
-    now = dt.datetime.now(dt.timezone.utc)
+    now = dt.datetime.now(dt.UTC)
     ca_ski = ca_cert.extensions.get_extension_for_class(x509.SubjectKeyIdentifier).value
     cert = (
         x509.CertificateBuilder()

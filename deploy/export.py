@@ -29,8 +29,15 @@ from typing import Any
 
 import numpy as np
 
-from datasets.node_local import (EVAL_FILE, write_atomic, write_busi_folder, write_image_node, write_manifest,
-                                 write_npz, write_table_node)
+from datasets.node_local import (
+    EVAL_FILE,
+    write_atomic,
+    write_busi_folder,
+    write_image_node,
+    write_manifest,
+    write_npz,
+    write_table_node,
+)
 
 
 def node_blocks(num_clients: int, nodes: int, clients_per_message: int = 1) -> list[list[int]]:

@@ -93,7 +93,7 @@ class LocalFederation:
         self.keys: list[certs.NodeKey] = []
 
     # ----------------------------------------------------------------------------- lifecycle
-    def __enter__(self) -> "LocalFederation":
+    def __enter__(self) -> LocalFederation:
         try:
             self.start()
         except BaseException:

@@ -84,7 +84,7 @@ class LocalRayCluster:
     port: int = 0
     temp_dir: Path | None = None
 
-    def __enter__(self) -> "LocalRayCluster":
+    def __enter__(self) -> LocalRayCluster:
         try:
             self.start()
         except BaseException:

@@ -28,7 +28,7 @@ from dataclasses import KW_ONLY, dataclass
 from pathlib import Path
 from typing import Any
 
-from flower_apps.errors import ConfigError  # noqa: F401  (re-exported: flower_apps.config.ConfigError, as always)
+from flower_apps.errors import ConfigError  # re-exported: flower_apps.config.ConfigError, as always
 
 
 def need(cond: bool, key: str, msg: str) -> None:

@@ -92,7 +92,7 @@ class AsyncioEnv:
                 frame = await queue.get()
                 writer.write(_LEN.pack(len(frame)) + frame)
                 await writer.drain()
-        except (OSError, ConnectionError, ssl.SSLError, asyncio.TimeoutError, asyncio.IncompleteReadError):
+        except (TimeoutError, OSError, ConnectionError, ssl.SSLError, asyncio.IncompleteReadError):
             self._queues.pop(dst, None)
             self.run_timed(lambda: self.node.on_link_failure(dst))  # type: ignore[union-attr]
         finally:

@@ -32,7 +32,7 @@ def _name(common_name: str) -> x509.Name:
 def generate_ca(common_name: str = "ppfl-mixnet-ca") -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
     """Self-signed CA valid for one day (enough for a test or a study run)."""
     key = ec.generate_private_key(ec.SECP256R1())
-    now = dt.datetime.now(dt.timezone.utc)
+    now = dt.datetime.now(dt.UTC)
     cert = (
         x509.CertificateBuilder()
         .subject_name(_name(common_name))
@@ -55,7 +55,7 @@ def issue_node_certificate(
 ) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
     """Certificate for ``node_id``, usable as TLS server and client."""
     key = ec.generate_private_key(ec.SECP256R1())
-    now = dt.datetime.now(dt.timezone.utc)
+    now = dt.datetime.now(dt.UTC)
     cert = (
         x509.CertificateBuilder()
         .subject_name(_name(node_name(node_id)))

@@ -17,11 +17,21 @@ from functools import partial
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
+from . import wire
 from .config import MixnetConfig
 from .crypto import RandomSource, private_key_from_bytes, public_bytes
 from .delivery import DeliveredMessage, OutgoingMessage, PendingFragment, Reassembler
-from .errors import (InvalidFrame, InvalidHeader, InvalidPacket, InvalidPayload, InvalidPeerKey, InvalidPeerRecord,
-                     InvalidSURB, ReplayDetected)
+from .environment import Cancellable, NodeEnvironment, TxMeta  # re-exported
+from .errors import (
+    InvalidFrame,
+    InvalidHeader,
+    InvalidPacket,
+    InvalidPayload,
+    InvalidPeerKey,
+    InvalidPeerRecord,
+    InvalidSURB,
+    ReplayDetected,
+)
 from .identity import epoch_of, make_version
 from .keyring import SphinxKeyring
 from .messages import (
@@ -42,8 +52,6 @@ from .replay import ReplayCache
 from .routing import sample_delays, sample_route
 from .stats import NodeStats
 from .surb import SURBGuard, SURBStore, create_surb
-from . import wire
-from .environment import Cancellable, NodeEnvironment, TxMeta  # noqa: F401  (re-exported)
 
 
 class MixNode:

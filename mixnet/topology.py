@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import networkx as nx
+
 from registry import Registry
 
 

@@ -22,9 +22,9 @@ import struct
 from dataclasses import dataclass
 
 from .constants import GROUP_ELEMENT_SIZE, NODE_ADDRESS_SIZE, PacketFormat
-from .identity import IDENTITY_KEY_SIZE, SIGNATURE_SIZE
 from .errors import InvalidFrame
 from .header import decode_address, encode_address
+from .identity import IDENTITY_KEY_SIZE, SIGNATURE_SIZE
 from .peers import PeerInfo
 
 FRAME_PACKET = 0x01

@@ -32,6 +32,7 @@ import warnings
 from dataclasses import asdict, dataclass
 
 import dp_accounting
+
 from privacy.opacus_import import import_opacus
 
 import_opacus()  # before any opacus import: no root log handler (see privacy/opacus_import.py)
@@ -67,7 +68,7 @@ def rdp_accountant_epsilon(noise_multiplier: float, num_rounds: int, delta: floa
     acc = dp_accounting.rdp.RdpAccountant()
     acc.compose(dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(noise_multiplier), num_rounds))
     eps, order = acc.get_epsilon_and_optimal_order(delta)
-    return float(eps), bool(order <= min(acc._orders))  # noqa: SLF001 - grid edge check
+    return float(eps), bool(order <= min(acc._orders))  # grid edge check
 
 
 def gdp_exact_epsilon(noise_multiplier: float, num_rounds: int, delta: float) -> float | None:

@@ -44,7 +44,7 @@ class PatternStrategy(Strategy):
         """Return the grid view this strategy's rounds communicate through."""
         return FastGrid(grid)  # type: ignore[return-value]
 
-    def start(  # noqa: D102 - same contract as flwr's Strategy.start
+    def start(  # same contract as flwr's Strategy.start
         self,
         grid: Grid,
         initial_arrays: ArrayRecord,

@@ -16,7 +16,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 import numpy as np
-
 from flwr.app import Array, ArrayRecord, Message, MetricRecord
 from flwr.serverapp.strategy import FedAdam
 

@@ -38,7 +38,7 @@ def to_numpy(record: ArrayRecord) -> OrderedDict[str, np.ndarray]:
     return OrderedDict((k, v.numpy()) for k, v in record.items())
 
 
-def from_numpy(arrays: "OrderedDict[str, np.ndarray] | dict[str, np.ndarray]") -> ArrayRecord:
+def from_numpy(arrays: OrderedDict[str, np.ndarray] | dict[str, np.ndarray]) -> ArrayRecord:
     """Ordered name -> ndarray -> ArrayRecord."""
     return ArrayRecord(OrderedDict((k, Array(np.ascontiguousarray(v))) for k, v in arrays.items()))
 

@@ -173,7 +173,7 @@ def _array_problem(key: str, got: ArrayRecord, want: ArrayRecord, finite: bool,
         ref = want[name]
         try:
             arr = got[name].numpy()
-        except Exception as exc:  # a malformed payload must not crash the server  # noqa: BLE001
+        except Exception as exc:  # a malformed payload must not crash the server
             return f"record {key!r} tensor {name!r}: unreadable ({type(exc).__name__}: {exc})"
         if not isinstance(arr, np.ndarray):
             return f"record {key!r} tensor {name!r}: not an array"

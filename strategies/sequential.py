@@ -16,8 +16,8 @@ from flwr.serverapp import Grid
 
 from strategies.base import LogicalClientStrategy
 from strategies.cohorts import check_replies
-from strategies.reply_rules import DEFAULT_RULES, ReplyRules
 from strategies.records import client_arrays
+from strategies.reply_rules import DEFAULT_RULES, ReplyRules
 from strategies.transport import send_and_receive
 
 log = logging.getLogger(__name__)

@@ -72,7 +72,7 @@ class ClippingWrapper(StrategyWrapper):
     FAULTS = FAULTS_BY_STUDY["tabular-pdp"]
 
     def __init__(self, strategy: Strategy, noise_multiplier: float, clipping_norm: float,
-                 rng: np.random.Generator, canaries: "WeightedCanaries | None" = None, fault: str = "") -> None:
+                 rng: np.random.Generator, canaries: WeightedCanaries | None = None, fault: str = "") -> None:
         super().__init__(strategy)
         if not noise_multiplier >= 0:
             raise ValueError(f"noise_multiplier must be >= 0, got {noise_multiplier}")

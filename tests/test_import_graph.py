@@ -20,7 +20,7 @@ cycle, but a package loop (issue 38).
 from __future__ import annotations
 
 import ast
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -115,7 +115,7 @@ def imports_of(module: str, path: Path, mods: dict[str, Path]) -> set[str]:
     return out
 
 
-@lru_cache(maxsize=None)  # parsed once per root for the whole module; callers do not mutate it
+@cache  # parsed once per root for the whole module; callers do not mutate it
 def graph(root: Path = ROOT) -> dict[str, set[str]]:
     mods = project_modules(root)
     return {m: imports_of(m, p, mods) for m, p in mods.items()}

@@ -95,7 +95,7 @@ def dlg(ctx: AttackContext, generator: torch.Generator) -> RestartOutcome:
         dummy = dummy_gradient(ctx.model, ctx.params, x, F.softmax(y_logits, dim=-1))
         return euclidean_distance(dummy, ctx.observed)
 
-    label = lambda: int(y_logits.detach().argmax())  # noqa: E731
+    label = lambda: int(y_logits.detach().argmax())
     best = lbfgs_minimize(ctx, [x, y_logits], objective, x, label)
     return best.outcome(x, label())
 

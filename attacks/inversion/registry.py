@@ -121,7 +121,7 @@ class AttackContext:
         if len(low) not in (1, shape[0]):
             raise ValueError(f"pixel_bounds must have 1 or {shape[0]} (channel) entries, got {len(low)}")
         view_shape = (1, len(low)) + (1,) * (len(shape) - 1)
-        as_t = lambda v: torch.tensor(v, dtype=torch.float32, device=self.device).reshape(view_shape)  # noqa: E731
+        as_t = lambda v: torch.tensor(v, dtype=torch.float32, device=self.device).reshape(view_shape)
         return as_t(low), as_t(high)
 
 

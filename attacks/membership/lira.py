@@ -30,6 +30,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+
 from attacks.membership.features import LOG_EPS, validate_labels, validate_probs
 from attacks.membership.roc import roc_summary
 

@@ -276,7 +276,7 @@ def build_card(card: CardSpec, records: list[dict]) -> list[dict]:
                 and twin["formal eps"] == row["formal eps"]):
             row["audited eps (lower bound)"] = twin["audited eps (lower bound)"] + TWIN_NOTE
     # No-DP conditions first (the reference), then by name, as the studies' own tables.
-    no_dp = lambda r: all(math.isinf(x.get("eps") or 0) for x in r["_records"])  # noqa: E731
+    no_dp = lambda r: all(math.isinf(x.get("eps") or 0) for x in r["_records"])
     return sorted(rows, key=lambda r: (not no_dp(r), r["condition"]))
 
 

@@ -16,7 +16,13 @@ from pathlib import Path
 from typing import Any
 
 from flower_apps.common.results import (
-    atomic_write_json, atomic_write_jsonl, close_run_folder, open_run_folder, run_folder, run_hash)
+    atomic_write_json,
+    atomic_write_jsonl,
+    close_run_folder,
+    open_run_folder,
+    run_folder,
+    run_hash,
+)
 
 
 class RunRecord:

@@ -28,12 +28,12 @@ from attacks.inversion import InversionConfig, bounds_from_normalization, run_at
 from attacks.inversion.metrics import score_reconstruction
 from attacks.inversion.view import AdversaryView, view_from_noised_update
 from attacks.membership import LabeledOutputs, ShadowAttackData, run_loss_threshold, run_shadow_mia
+from datasets.image_plan import build_image_plan
 from flower_apps.common.results import atomic_write_json, read_json
 from flower_apps.dfl_dp.config import DflDpConfig
-from datasets.image_plan import build_image_plan
 from flower_apps.dfl_dp.data import data_key
-from models.small_cnn import SmallCNN
 from flower_apps.dfl_dp.server_app import run_dir
+from models.small_cnn import SmallCNN
 from privacy.mechanisms import calibrate_sigma_abs
 
 log = logging.getLogger(__name__)

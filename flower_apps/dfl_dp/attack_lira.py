@@ -24,10 +24,10 @@ import numpy as np
 import torch
 
 from attacks.membership import logit_confidence, model_outputs, run_offline_lira
+from datasets.image_plan import ImagePlan, build_image_plan
 from flower_apps.common.local_training import train_local
 from flower_apps.common.results import atomic_write_json, read_json
 from flower_apps.dfl_dp.config import DflDpConfig
-from datasets.image_plan import ImagePlan, build_image_plan
 from flower_apps.dfl_dp.data import data_key
 from models.small_cnn import SmallCNN, build_small_cnn
 

@@ -210,8 +210,8 @@ def load_attack_rows(results_dir: str | Path) -> tuple[list[dict], dict[str, lis
 
 def _lookup_from_run_folder(row: dict):
     """Original image, mean and std of a row's victim, from the run's resolved config.json."""
-    from flower_apps.dfl_dp.config import DflDpConfig
     from datasets.image_plan import build_image_plan
+    from flower_apps.dfl_dp.config import DflDpConfig
     from flower_apps.dfl_dp.data import data_key
 
     cfg = DflDpConfig(**read_json(Path(row["_run"]) / "config.json"))

@@ -34,8 +34,7 @@ from flower_apps.common.results import atomic_write_json, read_json
 from flower_apps.common.tables import write_table
 from privacy.audit import CanarySet, ReleaseObserver, estimate, formal_add_remove_epsilon
 from privacy.audit.stats import format_eps, gdp_epsilon, max_certifiable_epsilon
-from privacy.audit.verdict import (ALPHA, POWER, bound_test, decide, noise_test, reported_sigma_test,
-                                   separation_test)
+from privacy.audit.verdict import ALPHA, POWER, bound_test, decide, noise_test, reported_sigma_test, separation_test
 from privacy.mechanisms import calibrate_sigma_abs
 
 CONFIDENCE = 0.95

@@ -7,16 +7,16 @@ import time
 import torch
 from flwr.app import Context, Message, MetricRecord, RecordDict
 
+from datasets.base import DataError
+from datasets.image_plan import build_image_plan
+from flower_apps.common.local_training import train_local
+from flower_apps.common.node_data import describe_reply, error_reply, is_query, node_data_path, node_name
+from flower_apps.common.seeding import client_generator
 from flower_apps.common.torch_utils import pick_device, record_to_state, state_to_record
 from flower_apps.dfl_dp.config import DflDpConfig
-from datasets.base import DataError
-from flower_apps.common.node_data import describe_reply, error_reply, is_query, node_data_path, node_name
-from datasets.image_plan import build_image_plan
 from flower_apps.dfl_dp.data import data_key, node_clients
-from models.small_cnn import build_small_cnn
-from flower_apps.common.local_training import train_local
-from flower_apps.common.seeding import client_generator
 from flower_apps.dfl_dp.victims import capture, victim_clients
+from models.small_cnn import build_small_cnn
 from strategies.records import client_key
 
 

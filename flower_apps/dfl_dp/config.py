@@ -75,7 +75,7 @@ class DflDpConfig:
         return json.dumps(asdict(self), sort_keys=True)
 
     @classmethod
-    def from_json(cls, text: str) -> "DflDpConfig":
+    def from_json(cls, text: str) -> DflDpConfig:
         """Inverse of :meth:`to_json`."""
         return cls(**json.loads(text))
 

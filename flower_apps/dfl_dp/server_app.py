@@ -15,18 +15,25 @@ from pathlib import Path
 from flwr.app import ArrayRecord, MetricRecord
 from flwr.serverapp import Grid
 
+from flower_apps.common.local_training import evaluate
+from flower_apps.common.node_data import PlacedGrid, RoundErrors, discover, node_of
 from flower_apps.common.results import (
-    atomic_write_json, atomic_write_jsonl, atomic_write_text, close_run_folder, open_run_folder, run_finished,
-    run_folder, run_hash)
+    atomic_write_json,
+    atomic_write_jsonl,
+    atomic_write_text,
+    close_run_folder,
+    open_run_folder,
+    run_finished,
+    run_folder,
+    run_hash,
+)
 from flower_apps.common.torch_utils import pick_device, record_to_state, save_state_dict, state_to_record
 from flower_apps.config import noise_condition
 from flower_apps.dfl_dp.config import ACTION, DflDpConfig
-from flower_apps.common.node_data import PlacedGrid, RoundErrors, discover, node_of
 from flower_apps.dfl_dp.data import eval_plan
 from flower_apps.dfl_dp.metrics import curve_summary
-from models.small_cnn import build_small_cnn
-from flower_apps.common.local_training import evaluate
 from flower_apps.dfl_dp.victims import GRAD_PREFIX, STATE_PREFIX, extract, save
+from models.small_cnn import build_small_cnn
 from privacy.accounting import account
 from privacy.audit import ReleaseObserver, auditor_generator, flat_params, make_canaries
 from privacy.randomness import NoiseSource

@@ -42,8 +42,8 @@ from torch import nn
 from attacks.attribute import attribute_inference_summary
 from attacks.membership import best_loss_threshold, regression_statistic, roc_summary, run_offline_lira
 from flower_apps.common.report_card import AUDITED, is_audited_run
-from flower_apps.tabular_pdp.card import CARD, tabular_setting_audited
 from flower_apps.common.results import atomic_write_json, read_json
+from flower_apps.tabular_pdp.card import CARD, tabular_setting_audited
 from flower_apps.tabular_pdp.config import TabularPdpConfig
 from flower_apps.tabular_pdp.data import client_data, data_key, model_features
 from flower_apps.tabular_pdp.model import SeverityMLP, build_model, train_local
@@ -146,7 +146,7 @@ def membership_rows(model: nn.Module, t: TabularTarget, s: AttackSettings) -> li
     half = np.random.default_rng([s.seed, 41]).permutation(len(t.y_pool))
     sin, sout = np.sort(half[: len(half) // 2]), np.sort(half[len(half) // 2:])
     shadow = train(sin, s.seed)
-    sq = lambda m, x, y: (predict(m, x) - y) ** 2  # noqa: E731
+    sq = lambda m, x, y: (predict(m, x) - y) ** 2
     tau, _ = best_loss_threshold(sq(shadow, t.x_pool[sin], t.y_pool[sin]), sq(shadow, t.x_pool[sout], t.y_pool[sout]))
     loss = sq(model, x_cand, y_cand)
     rows = [{"attack": "loss-threshold-shadow", **roc_summary(is_member, -loss), "threshold": tau,

@@ -29,8 +29,14 @@ from flwr.app import ArrayRecord
 from flower_apps.common.results import read_json
 from flower_apps.common.tables import write_table
 from flower_apps.tabular_pdp.audit_verdict import configured_releases, setting_verdict, worst
-from privacy.audit import (ReleaseObserver, auditor_generator, estimate, flat_params, formal_add_remove_epsilon,
-                           make_canaries)
+from privacy.audit import (
+    ReleaseObserver,
+    auditor_generator,
+    estimate,
+    flat_params,
+    formal_add_remove_epsilon,
+    make_canaries,
+)
 from privacy.audit.stats import format_eps
 from privacy.audit.verdict import ALPHA
 from strategies.canaries import WeightedCanaries

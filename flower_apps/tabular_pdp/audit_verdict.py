@@ -58,8 +58,7 @@ import numpy as np
 from scipy import stats
 
 from privacy.audit import CanarySet, ReleaseObserver, gdp_epsilon
-from privacy.audit.verdict import (ALPHA, POWER, bound_test, decide, noise_test, reported_sigma_test,
-                                   separation_test)
+from privacy.audit.verdict import POWER, bound_test, decide, noise_test, reported_sigma_test, separation_test
 from privacy.personalized import gdp_sigma, personalized_sigmas
 from strategies.canaries import WeightedCanaries
 

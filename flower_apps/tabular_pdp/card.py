@@ -16,7 +16,6 @@ from flower_apps.common.report_card import (
     optional_json,
     strongest_mia,
 )
-from flower_apps.common.results import read_json
 
 
 def collect_tabular_pdp(study_dir: Path) -> list[dict]:

@@ -20,13 +20,22 @@ from dataclasses import replace
 import torch
 from flwr.app import ConfigRecord, Context, Message, MetricRecord, RecordDict
 
+from datasets.base import DataError
 from datasets.cancer import TARGET
+from flower_apps.common.node_data import describe_reply, error_reply, is_query, node_data_path, node_name
 from flower_apps.common.torch_utils import pick_device, record_to_state, state_to_record
 from flower_apps.tabular_pdp.config import TabularPdpConfig
-from datasets.base import DataError
-from flower_apps.common.node_data import describe_reply, error_reply, is_query, node_data_path, node_name
-from flower_apps.tabular_pdp.data import (DataKey, anonymized_table, client_data, client_search, client_table,
-                                          data_key, model_features, node_tables, region_of)
+from flower_apps.tabular_pdp.data import (
+    DataKey,
+    anonymized_table,
+    client_data,
+    client_search,
+    client_table,
+    data_key,
+    model_features,
+    node_tables,
+    region_of,
+)
 from flower_apps.tabular_pdp.model import build_model, client_generator, error_sums, train_local
 from privacy.anonymization import AnonymizationError, discretize, privacy_metrics, validate_levels
 

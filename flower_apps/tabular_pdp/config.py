@@ -69,7 +69,7 @@ class TabularPdpConfig:
         return json.dumps(asdict(self), sort_keys=True)
 
     @classmethod
-    def from_json(cls, text: str) -> "TabularPdpConfig":
+    def from_json(cls, text: str) -> TabularPdpConfig:
         """Inverse of :meth:`to_json`."""
         d = json.loads(text)
         d["levels"] = None if d["levels"] is None else tuple(d["levels"])

@@ -15,8 +15,17 @@ import numpy as np
 import pandas as pd
 import torch
 
-from datasets.cancer import (AGE_RANGE, CANCER_STAGES, CANCER_TYPES, COST_RANGE, GENDERS, GENERATOR_SEED, TARGET,
-                             YEAR_RANGE, load_cancer)
+from datasets.cancer import (
+    AGE_RANGE,
+    CANCER_STAGES,
+    CANCER_TYPES,
+    COST_RANGE,
+    GENDERS,
+    GENERATOR_SEED,
+    TARGET,
+    YEAR_RANGE,
+    load_cancer,
+)
 from datasets.node_local import NodeDataError, node_folder, read_manifest, read_table_clients
 from privacy.anonymization import QUASI_IDENTIFIERS, SUPPRESSED, LevelSearch, apply_levels, search_levels
 

@@ -19,8 +19,7 @@ from pathlib import Path
 from datasets.cancer import COLUMNS, PARTIAL_FILE_MISSING, TARGET, load_cancer_csv
 from flower_apps.common.results import atomic_write_json
 from flower_apps.common.tables import write_table
-from privacy.anonymization import (QUASI_IDENTIFIERS, apply_levels, harmonize_levels, privacy_metrics,
-                                   search_levels)
+from privacy.anonymization import QUASI_IDENTIFIERS, apply_levels, harmonize_levels, privacy_metrics, search_levels
 
 
 def partial_table_report(path: str | Path, k: int = 5, suppression: float = 0.1,

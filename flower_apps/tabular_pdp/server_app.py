@@ -24,30 +24,37 @@ from flwr.app import ArrayRecord
 from flwr.serverapp import Grid
 
 from datasets.cancer import describe_source
-from flower_apps.common.results import (
-    atomic_write_json, atomic_write_jsonl, close_run_folder, open_run_folder, run_finished, run_folder, run_hash)
-from flower_apps.common.torch_utils import record_to_state, save_state_dict, state_to_record
 from flower_apps.common.node_data import PlacedGrid, RoundErrors, discover, node_of
+from flower_apps.common.results import (
+    atomic_write_json,
+    atomic_write_jsonl,
+    close_run_folder,
+    open_run_folder,
+    run_finished,
+    run_folder,
+    run_hash,
+)
+from flower_apps.common.torch_utils import record_to_state, save_state_dict, state_to_record
 from flower_apps.config import noise_condition
 from flower_apps.tabular_pdp.config import ACTION, TabularPdpConfig
 from flower_apps.tabular_pdp.data import model_features
 from flower_apps.tabular_pdp.model import build_model
 from flower_apps.tabular_pdp.phases import anonymize_and_harmonize, exchange, phase_config
-from flower_apps.tabular_pdp.strategy import CohortFedAvg
 from flower_apps.tabular_pdp.report import write_anonymization, write_drift, write_run_table
+from flower_apps.tabular_pdp.strategy import CohortFedAvg
 from privacy.audit.verdict import ALPHA
+from privacy.clip_estimate import check_clip_norm, robust_quantile
 from privacy.drift import detect_drift, flatten
 from privacy.mechanisms import global_l2_norm
 from privacy.personalized import aggregate_sigma, gdp_sigma
 from privacy.randomness import STREAM_TABULAR_SERVER, NoiseSource
 from privacy.tabular_accounting import client_budgets
-from privacy.clip_estimate import check_clip_norm, robust_quantile
-from strategies.cohorts import round_problems, wait_for_nodes
-from strategies.reply_rules import ReplyRules, set_reply_rules
 from strategies.base import FastGrid
-from strategies.records import from_numpy, to_numpy
+from strategies.cohorts import round_problems, wait_for_nodes
 from strategies.drift_guard import DriftGuard
 from strategies.personalized_clipping import PersonalizedServerSideClipping
+from strategies.records import from_numpy, to_numpy
+from strategies.reply_rules import ReplyRules, set_reply_rules
 from strategies.server_fixed_clipping import ServerSideFixedClipping
 
 log = logging.getLogger("flwr")

@@ -51,8 +51,8 @@ from attacks.membership import (
 )
 from datasets.transforms import IMAGENET_MEAN, IMAGENET_STD, to_model_input, uint8_to_unit
 from flower_apps.common.report_card import AUDITED, is_audited_run
-from flower_apps.ultrasound.card import CARD
 from flower_apps.common.results import atomic_write_json, read_json
+from flower_apps.ultrasound.card import CARD
 from flower_apps.ultrasound.data import UltrasoundData
 from flower_apps.ultrasound.train import predict_probs, train_local
 

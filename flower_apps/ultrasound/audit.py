@@ -82,7 +82,7 @@ class AuditRequest:
             raise ConfigError(f"us-audit-canary: got {self.kind!r}; allowed: {list(CANARY_KINDS)}")
 
     @classmethod
-    def of(cls, cfg) -> "AuditRequest | None":
+    def of(cls, cfg) -> AuditRequest | None:
         """The request of an ultrasound config (None when ``us-audit-canaries`` is 0)."""
         return cls(cfg.audit_canaries, cfg.audit_canary, cfg.seed) if cfg.audit_canaries else None
 
@@ -346,7 +346,7 @@ def audit_rows(summaries: list[dict]) -> list[dict]:
     return rows
 
 
-def gradient_hook(cfg, cid: int, server_round: int) -> "gradient_audit.GradientCanaries | None":
+def gradient_hook(cfg, cid: int, server_round: int) -> gradient_audit.GradientCanaries | None:
     """On the client: the gradient canaries of this round when ``cid`` is the audited client of a gradient audit."""
     req = AuditRequest.of(cfg)
     if req is None or req.kind != "gradient" or req.client != cid or not cfg.dp_sgd:

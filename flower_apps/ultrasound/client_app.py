@@ -13,12 +13,12 @@ import time
 
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 
+from datasets.base import DataError
+from flower_apps.common.node_data import describe_reply, error_reply, is_query, node_data_path, node_name
 from flower_apps.common.torch_utils import pick_device, record_to_state, state_to_record
 from flower_apps.config import noise_condition
 from flower_apps.ultrasound import audit, gradient_audit
 from flower_apps.ultrasound.config import UltrasoundConfig
-from datasets.base import DataError
-from flower_apps.common.node_data import describe_reply, error_reply, is_query, node_data_path, node_name
 from flower_apps.ultrasound.data import build_data, data_key, node_clients
 from flower_apps.ultrasound.models import model_skeleton
 from flower_apps.ultrasound.study import NODE_SEED_KEY, NOISE_SEED_ENV

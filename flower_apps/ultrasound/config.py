@@ -87,7 +87,7 @@ class UltrasoundConfig:
         return json.dumps(asdict(self), sort_keys=True)
 
     @classmethod
-    def from_json(cls, text: str) -> "UltrasoundConfig":
+    def from_json(cls, text: str) -> UltrasoundConfig:
         return cls(**json.loads(text))
 
     def effective(self) -> dict:

@@ -103,7 +103,7 @@ def verdict_cells(a: dict) -> dict:
     """Table cells of a gradient audit: verdict, measured / configured noise, separation, bound with its ceiling."""
     tests = {t["test"]: t for t in a["tests"]}
     sep, bound = tests.get("separation", {}), tests.get("lower-bound", {})
-    fmt = lambda v: "-" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.3g}"  # noqa: E731
+    fmt = lambda v: "-" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.3g}"
     return {"verdict": a["verdict"] + (f" ({', '.join(a['fired'])})" if a["fired"] else ""),
             "noise measured / configured": fmt(a.get("measured_over_configured")),
             "separation mu_hat / formal mu": f"{fmt(sep.get('mu_hat'))} / {fmt(sep.get('mu_formal'))}",

@@ -5,8 +5,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from sklearn.metrics import (accuracy_score, confusion_matrix, f1_score, precision_score, recall_score,
-                             roc_auc_score)
+from sklearn.metrics import accuracy_score, confusion_matrix, f1_score, precision_score, recall_score, roc_auc_score
 
 METRIC_NAMES = ("accuracy", "f1", "precision", "recall", "specificity", "auc")
 

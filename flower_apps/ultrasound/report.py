@@ -172,8 +172,8 @@ def _step_ratio(runs: list[dict], base: tuple[float, int] | None) -> str:
 def results_rows(summaries: list[dict], dp: bool) -> list[dict]:
     """Tables 5-10 (dp=False) or 12-14 (dp=True): one row per (scale, task, partition, arch, method, DP)."""
     sel = [s for s in summaries if bool(s["dp_sgd"]) == dp]
-    key = lambda s: (_scale(s), s["task"], s["partition"], s["arch"], s["method"], _dp(s))  # noqa: E731
-    order = lambda k: (k[0], k[1], k[2], k[3], METHOD_ORDER.index(k[4]), k[5])  # noqa: E731
+    key = lambda s: (_scale(s), s["task"], s["partition"], s["arch"], s["method"], _dp(s))
+    order = lambda k: (k[0], k[1], k[2], k[3], METHOD_ORDER.index(k[4]), k[5])
     groups = group_by(sel, key)
     rows = []
     audited = any(s.get("audit") for s in sel)

@@ -23,14 +23,21 @@ import torch
 from flwr.app import ArrayRecord, ConfigRecord, MetricRecord
 from flwr.serverapp import Grid
 
+from flower_apps.common.node_data import PlacedGrid, RoundErrors, discover, node_of
 from flower_apps.common.results import (
-    atomic_write_bytes, atomic_write_json, atomic_write_jsonl, close_run_folder, open_run_folder, run_finished,
-    run_folder, run_hash)
+    atomic_write_bytes,
+    atomic_write_json,
+    atomic_write_jsonl,
+    close_run_folder,
+    open_run_folder,
+    run_finished,
+    run_folder,
+    run_hash,
+)
 from flower_apps.common.torch_utils import pick_device, record_to_state, save_state_dict, state_to_record
 from flower_apps.ultrasound import audit
 from flower_apps.ultrasound.client_app import dp_settings
 from flower_apps.ultrasound.config import ACTION, UltrasoundConfig
-from flower_apps.common.node_data import PlacedGrid, RoundErrors, discover, node_of
 from flower_apps.ultrasound.data import UltrasoundData, build_data, coordinator_data, data_key
 from flower_apps.ultrasound.models import create_model
 from flower_apps.ultrasound.report import write_run_outputs
@@ -40,8 +47,15 @@ from privacy.dpsgd import DpSgdLedger, paper_sqrt_t_bound, rdp_epsilon
 from strategies.base import FastGrid
 from strategies.cohorts import build_train_messages, exchange, plan_cohorts, round_problems, wait_for_nodes
 from strategies.reply_rules import ReplyRules
-from strategies.resume import (CHECKPOINT, checkpoint_arrays, drop_checkpoint, encode_checkpoint, load_checkpoint,
-                               restore_strategy_state, start_from_round)
+from strategies.resume import (
+    CHECKPOINT,
+    checkpoint_arrays,
+    drop_checkpoint,
+    encode_checkpoint,
+    load_checkpoint,
+    restore_strategy_state,
+    start_from_round,
+)
 
 log = logging.getLogger("flwr")
 BYTES_PER_PARAM = 4  # float32

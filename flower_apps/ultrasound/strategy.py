@@ -20,7 +20,6 @@ from strategies.fedadam_buffers import BufferAveragingFedAdam
 from strategies.fixed_cohort import FixedCohort
 from strategies.reply_rules import ReplyRules
 
-
 #: The metrics of a federated train reply (client_app.train), and nothing else: Flower's FedAvg family
 #: needs the same metric keys in every reply, so a reply with other keys is refused (strategies.reply_rules).
 TRAIN_METRIC_KEYS = frozenset({

@@ -20,16 +20,24 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from flower_apps.common.sweep import (add_data_args, parse_set, run_keys, run_pending, sweep_main, sweep_overrides,
-                                      sweep_parser, unique_runs)
+from flower_apps.common.sweep import (
+    add_data_args,
+    parse_set,
+    run_keys,
+    run_pending,
+    sweep_main,
+    sweep_overrides,
+    sweep_parser,
+    unique_runs,
+)
 from flower_apps.config import ConfigError
 from flower_apps.studies import STUDIES
 from flower_apps.ultrasound import audit
-from flower_apps.ultrasound.gradient_audit import DEFAULT_GRADIENT_CANARIES
 from flower_apps.ultrasound.config import ALGORITHMS, MODES, UltrasoundConfig, nodes_needed
-from flower_apps.ultrasound.study import NOISE_SEED_ENV
+from flower_apps.ultrasound.gradient_audit import DEFAULT_GRADIENT_CANARIES
 from flower_apps.ultrasound.report import write_report
 from flower_apps.ultrasound.server_app import is_complete, server_main
+from flower_apps.ultrasound.study import NOISE_SEED_ENV
 
 METHODS = ("fedavg", "fedprox", "fedadam", "centralized", "local")
 PAPER_ABLATION_C = (0.5, 1.0, 1.5, 2.0)

@@ -7,7 +7,6 @@ from pathlib import Path
 
 from flower_apps.common.report_card import (
     CardSpec,
-    attack_rows,
     audited_epsilon,
     cell,
     column,

@@ -29,10 +29,10 @@ import time
 import numpy as np
 from flwr.app import ConfigRecord, Context, Message, MetricRecord, RecordDict
 
-from flower_apps.common.torch_utils import record_to_state, state_to_record
-from flower_apps.unlinkable_dfl.config import UdflConfig
 from datasets.base import DataError
 from flower_apps.common.node_data import describe_reply, error_reply, is_query, node_data_path, node_name
+from flower_apps.common.torch_utils import record_to_state, state_to_record
+from flower_apps.unlinkable_dfl.config import UdflConfig
 from flower_apps.unlinkable_dfl.data import build_data_plan, data_key, node_shards
 from flower_apps.unlinkable_dfl.models import build_model, load_vector, shareable_keys, state_vector
 from flower_apps.unlinkable_dfl.node import (

@@ -22,6 +22,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 from torch import nn
+
 from models.seeded_init import seeded_init
 from registry import Registry
 
@@ -85,12 +86,12 @@ def shareable_keys(model: nn.Module) -> list[str]:
     return [k for k, v in model.state_dict().items() if v.is_floating_point()]
 
 
-def state_vector(state: "OrderedDict[str, torch.Tensor] | dict[str, torch.Tensor]", keys: list[str]) -> np.ndarray:
+def state_vector(state: OrderedDict[str, torch.Tensor] | dict[str, torch.Tensor], keys: list[str]) -> np.ndarray:
     """Flatten the shareable tensors of ``state`` into one float32 vector."""
     return np.concatenate([state[k].detach().cpu().reshape(-1).numpy().astype(np.float32) for k in keys])
 
 
-def load_vector(state: "OrderedDict[str, torch.Tensor]", keys: list[str], vector: np.ndarray) -> OrderedDict:
+def load_vector(state: OrderedDict[str, torch.Tensor], keys: list[str], vector: np.ndarray) -> OrderedDict:
     """A copy of ``state`` whose shareable tensors are taken from ``vector``."""
     out = OrderedDict((k, v.clone()) for k, v in state.items())
     pos = 0

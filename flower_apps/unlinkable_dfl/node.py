@@ -16,9 +16,9 @@ from flower_apps.common.local_training import evaluate, train_local
 from flower_apps.common.seeding import client_generator as torch_generator
 from flower_apps.common.seeding import stream_rng
 from flower_apps.unlinkable_dfl.fragment_pool import AggregationStats, FragmentPool, frag_fedavg, frag_krum
-from privacy.fragments import FragmentLayout, encode, layout_for, split
 from mixnet.constants import PacketFormat
 from mixnet.messages import fragment_capacity
+from privacy.fragments import FragmentLayout, encode, layout_for, split
 
 # Re-exported for the ClientApp: the shared learner and the batch-order generator.
 __all__ = ["aggregate", "choose_sends", "corrupt", "encode_state", "evaluate", "fragment_layout", "node_generator",

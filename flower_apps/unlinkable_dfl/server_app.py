@@ -29,11 +29,18 @@ from flwr.app import ArrayRecord, ConfigRecord
 from flwr.serverapp import Grid
 
 from attacks.linking.content import CuriousRecipientRecorder
+from flower_apps.common.node_data import RoundErrors, discover
 from flower_apps.common.results import (
-    atomic_write_json, atomic_write_jsonl, close_run_folder, open_run_folder, run_finished, run_folder, run_hash)
+    atomic_write_json,
+    atomic_write_jsonl,
+    close_run_folder,
+    open_run_folder,
+    run_finished,
+    run_folder,
+    run_hash,
+)
 from flower_apps.common.torch_utils import record_to_state, state_to_record
 from flower_apps.unlinkable_dfl.config import ACTION, UdflConfig
-from flower_apps.common.node_data import RoundErrors, discover
 from flower_apps.unlinkable_dfl.data import build_data_plan, data_key
 from flower_apps.unlinkable_dfl.models import build_model, shareable_keys, state_vector
 from flower_apps.unlinkable_dfl.node import fragment_layout

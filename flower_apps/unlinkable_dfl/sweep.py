@@ -27,7 +27,12 @@ from pathlib import Path
 
 from flower_apps.common.results import atomic_write_json, read_json
 from flower_apps.common.sweep import (
-    pending_runs, run_keys, run_pending, sweep_main, sweep_overrides, sweep_parser,
+    pending_runs,
+    run_keys,
+    run_pending,
+    sweep_main,
+    sweep_overrides,
+    sweep_parser,
 )
 from flower_apps.unlinkable_dfl.config import UdflConfig, build_config, nodes_needed
 from flower_apps.unlinkable_dfl.netexp import TrafficSpec
@@ -203,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     label = f"{args.experiment}-{args.scale}" + (f"-{args.dataset}" if args.dataset else "")
     try:
         check_dataset(args.experiment, args.dataset, args.data_dir)
-    except Exception as exc:  # noqa: BLE001 - DataError / ValueError: one clear line before any work
+    except Exception as exc:  # DataError / ValueError: one clear line before any work
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if args.data_fraction is not None and args.dataset is None:

@@ -13,10 +13,24 @@ them it inserted; never the DP noise. See docs/audit.md.
 """
 
 from privacy.audit.canaries import STREAM_AUDIT_CANARIES, CanarySet, auditor_generator, make_canaries
-from privacy.audit.client_level import (THREAT_MODELS, ReleaseObserver, canary_cosines, canary_projections, estimate,
-                                        flat_params, formal_add_remove_epsilon, split_like)
-from privacy.audit.stats import (clopper_pearson, epsilon_lower_bound, gaussian_pair_epsilon, gdp_epsilon,
-                                 max_certifiable_epsilon, point_estimate)
+from privacy.audit.client_level import (
+    THREAT_MODELS,
+    ReleaseObserver,
+    canary_cosines,
+    canary_projections,
+    estimate,
+    flat_params,
+    formal_add_remove_epsilon,
+    split_like,
+)
+from privacy.audit.stats import (
+    clopper_pearson,
+    epsilon_lower_bound,
+    gaussian_pair_epsilon,
+    gdp_epsilon,
+    max_certifiable_epsilon,
+    point_estimate,
+)
 
 # Example-level audit (DP-SGD, Steinke-Nasr-Jagielski one-run): privacy.audit.example_level, added by its owner.
 

@@ -94,7 +94,7 @@ def epsilon_lower_bound(m: int, r: int, v: int, delta: float, confidence: float 
     if not 0 < confidence < 1:
         raise ValueError(f"confidence must be in (0, 1), got {confidence}")
     level = 1.0 - confidence
-    f = lambda e: p_value(m, r, v, e, delta) - level  # noqa: E731
+    f = lambda e: p_value(m, r, v, e, delta) - level
     if f(0.0) >= 0:
         return 0.0
     if f(EPS_MAX) < 0:

@@ -24,12 +24,30 @@ import_opacus()  # before any opacus import: no root log handler (see privacy/op
 # ruff: noqa: E402  (the imports below must follow import_opacus())
 from privacy.dpsgd.calibrate import ACCOUNTANTS, NoiseCalibration, noise_multiplier_for_epsilon, sample_rate
 from privacy.dpsgd.canaries import GradientCanaries, with_gradient_canaries
-from privacy.dpsgd.compat import (BN_MODES, DpVisionTransformer, ModelChange, PrefixTokenPosEmbed, freeze_batchnorm,
-                                  make_opacus_compatible, replace_batchnorm_act, train_last_groups)
-from privacy.dpsgd.engine import (GRAD_SAMPLE_MODES, PrivateTraining, ghost_clipping_backward, ghost_targets, make_private,
-                                  unwrap)
-from privacy.dpsgd.grad_sample import (FastGhostClippingModule, FastGradSampleModule, grad_sample_module,
-                                       store_grad_sample)
+from privacy.dpsgd.compat import (
+    BN_MODES,
+    DpVisionTransformer,
+    ModelChange,
+    PrefixTokenPosEmbed,
+    freeze_batchnorm,
+    make_opacus_compatible,
+    replace_batchnorm_act,
+    train_last_groups,
+)
+from privacy.dpsgd.engine import (
+    GRAD_SAMPLE_MODES,
+    PrivateTraining,
+    ghost_clipping_backward,
+    ghost_targets,
+    make_private,
+    unwrap,
+)
+from privacy.dpsgd.grad_sample import (
+    FastGhostClippingModule,
+    FastGradSampleModule,
+    grad_sample_module,
+    store_grad_sample,
+)
 from privacy.dpsgd.ledger import DpSgdEvent, DpSgdLedger, dp_event, paper_sqrt_t_bound, quiet_absl, rdp_epsilon
 from privacy.dpsgd.loop import LOOP_GRAD_SAMPLE_MODES, DpSgdResult, DpSgdStats, train_dp_sgd
 from privacy.dpsgd.samplers import FAST_GRAD_SAMPLERS, FAST_NORM_SAMPLERS

@@ -25,8 +25,13 @@ from timm.layers import GroupNormAct
 from torch import nn
 
 from privacy.dpsgd.compat import PrefixTokenPosEmbed
-from privacy.dpsgd.samplers import (Sampler, conv2d_grad_sample, conv2d_norm_sample, group_norm_act_grad_sample,
-                                    token_embed_grad_sample)
+from privacy.dpsgd.samplers import (
+    Sampler,
+    conv2d_grad_sample,
+    conv2d_norm_sample,
+    group_norm_act_grad_sample,
+    token_embed_grad_sample,
+)
 
 ClippedSum = Callable[[torch.Tensor], dict[nn.Parameter, torch.Tensor]]
 BookSampler = Callable[[nn.Module, list[torch.Tensor], torch.Tensor],

@@ -12,7 +12,15 @@ from matplotlib.image import imread
 from skimage.metrics import structural_similarity
 
 from attacks.inversion.figures import GridRow, save_reconstruction_grid
-from attacks.inversion.metrics import PSNR_CAP_DB, aggregate_over_seeds, mse, psnr, score_reconstruction, ssim, unnormalize
+from attacks.inversion.metrics import (
+    PSNR_CAP_DB,
+    aggregate_over_seeds,
+    mse,
+    psnr,
+    score_reconstruction,
+    ssim,
+    unnormalize,
+)
 from attacks.inversion.registry import InversionResult
 
 

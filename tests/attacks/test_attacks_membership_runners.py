@@ -21,9 +21,9 @@ from attacks.membership import (
     register_membership_attack,
     run_loss_threshold,
     run_membership_attack,
+    runners,
     shadow_free_attacks,
 )
-from attacks.membership import runners
 
 DIM, K, N_MEMBERS, N_FRESH = 10, 4, 64, 200
 SEED = 0

@@ -10,8 +10,17 @@ import pandas as pd
 import pytest
 import torch
 
-from datasets.node_local import (MANIFEST, NodeDataError, node_folder, read_eval_set, read_image_clients,
-                                 read_manifest, read_table_clients, write_image_node, write_table_node)
+from datasets.node_local import (
+    MANIFEST,
+    NodeDataError,
+    node_folder,
+    read_eval_set,
+    read_image_clients,
+    read_manifest,
+    read_table_clients,
+    write_image_node,
+    write_table_node,
+)
 from deploy.export import export, node_blocks
 from flower_apps.router import prepare
 

@@ -88,7 +88,7 @@ def test_smoke_run_survives_a_supernode_crash_mid_round(federation, tmp_path):
     results = tmp_path / "results"
     marks = {name: len(h.process.log_text()) for name, h in federation.supernodes.items()}
     run_id = federation.run({"study": "dfl-dp", "preset": "smoke", "results-dir": str(results)})
-    report = lambda: federation.report(run_id)  # noqa: E731 - evaluated only on failure
+    report = lambda: federation.report(run_id)  # evaluated only on failure
 
     # Crash the first SuperNode that receives a round-1 train message, while it trains.
     deadline = time.monotonic() + 300

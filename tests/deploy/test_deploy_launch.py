@@ -56,7 +56,7 @@ def test_launch_passes_a_valid_config_to_flwr_and_reports_the_run_status(capsys,
 def test_refusals_are_logged_as_one_line_other_errors_keep_their_traceback(exc, refused):
     try:
         raise exc
-    except Exception as caught:  # noqa: BLE001 - what Flower's run_serverapp does
+    except Exception as caught:  # what Flower's run_serverapp does
         record = logging.LogRecord("flwr", logging.ERROR, __file__, 1, "%s raised an exception", ("ServerApp",),
                                    (type(caught), caught, caught.__traceback__))
     assert OneLineRefusals().filter(record)

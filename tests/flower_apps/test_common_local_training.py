@@ -13,8 +13,8 @@ import pytest
 import torch
 from torch import nn
 
-from flower_apps.common.local_training import evaluate, run_epochs, train_local
 from flower_apps.common import local_training as dfl_train
+from flower_apps.common.local_training import evaluate, run_epochs, train_local
 from flower_apps.tabular_pdp import model as tabular_model
 from flower_apps.unlinkable_dfl import node as udfl_node
 

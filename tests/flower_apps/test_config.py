@@ -5,8 +5,15 @@ from pathlib import Path
 
 import pytest
 
-from flower_apps.config import (COMMON_KEYS, DECLARED, RUN_CONFIG_DEFAULTS, ConfigError, Key, KeyTable,
-                                pyproject_defaults)
+from flower_apps.config import (
+    COMMON_KEYS,
+    DECLARED,
+    RUN_CONFIG_DEFAULTS,
+    ConfigError,
+    Key,
+    KeyTable,
+    pyproject_defaults,
+)
 from flower_apps.router import prepare
 from flower_apps.studies import STUDIES, register_study
 

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import torch
 
+from datasets.image_plan import ImagePlan
 from flower_apps.common.local_training import train_local
 from flower_apps.dfl_dp.attack_lira import LiraSettings, Recipe, lira_on_plan
-from datasets.image_plan import ImagePlan
 from models.small_cnn import build_small_cnn
 
 SIZE, K = 8, 4

@@ -93,7 +93,7 @@ def test_dp_runs_repeat_bit_for_bit_only_with_a_local_noise_seed_file(tmp_path):
 
         state[cfg.run_name] = torch.load(tmp_path / "dfl-dp" / "runs" / cfg.run_name / "final_model.pt",
                                          weights_only=True)
-    same = lambda a, b: all(torch.equal(state[a][k], state[b][k]) for k in state[a])  # noqa: E731
+    same = lambda a, b: all(torch.equal(state[a][k], state[b][k]) for k in state[a])
     assert same("seeded-a", "seeded-b")
     assert not same("secure-a", "secure-b")
     assert read_json(tmp_path / "dfl-dp" / "runs" / "seeded-a" / "summary.json")["noise_mode"] == "seeded"

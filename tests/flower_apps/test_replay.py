@@ -10,7 +10,7 @@ from collections import OrderedDict
 
 import numpy as np
 import pytest
-from flwr.app import ArrayRecord, ConfigRecord, Message, RecordDict
+from flwr.app import ConfigRecord, Message, RecordDict
 
 from flower_apps.common.replay import RecordingGrid, ReplayGrid
 from strategies.records import from_numpy, to_numpy
@@ -58,7 +58,7 @@ def test_sequential_dfl_replay_reproduces_the_recorded_audit_and_flags_a_fault(m
     monkeypatch.setenv(ALLOW_ENV, "1")
     recorded, same, broken = audit_replays(3, ["", "noise-div-2"], "smoke", "sequential-dfl", num_rounds=2)
     assert not recorded["trial"]["replayed"] and same["trial"]["replayed"] and broken["trial"]["replayed"]
-    strip = lambda a: {k: v for k, v in a.items() if k != "trial"}  # noqa: E731
+    strip = lambda a: {k: v for k, v in a.items() if k != "trial"}
     assert strip(same) == strip(recorded)  # same seeds, same updates: the same releases, bit for bit
     assert recorded["verdict"] == "consistent" and broken["verdict"] == "violation"
     assert "measured-noise" in broken["verdict_detail"]["fired"]

@@ -10,7 +10,12 @@ import pytest
 from flower_apps.unlinkable_dfl.netexp import TrafficSpec, linking_scores, run_traffic
 from mixnet.metrics import relay_min_entropy
 from mixnet.theory import (
-    advantage_bound, gamma_t, ideal_relay_min_entropy, min_entropy, path_length_prior, theory_row,
+    advantage_bound,
+    gamma_t,
+    ideal_relay_min_entropy,
+    min_entropy,
+    path_length_prior,
+    theory_row,
 )
 from mixnet.trace import AdversaryView, TraceRecord
 

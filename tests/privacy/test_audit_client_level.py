@@ -5,8 +5,17 @@ from collections import OrderedDict
 import numpy as np
 import pytest
 
-from privacy.audit import (CanarySet, ReleaseObserver, auditor_generator, canary_cosines, estimate, flat_params,
-                           formal_add_remove_epsilon, make_canaries, split_like)
+from privacy.audit import (
+    CanarySet,
+    ReleaseObserver,
+    auditor_generator,
+    canary_cosines,
+    estimate,
+    flat_params,
+    formal_add_remove_epsilon,
+    make_canaries,
+    split_like,
+)
 from privacy.mechanisms import calibrate_sigma_abs
 from privacy.randomness import STREAM_MATCHED_PERTURBATION, NoiseSource
 

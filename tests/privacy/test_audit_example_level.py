@@ -10,9 +10,19 @@ import pytest
 from dp_accounting.pld import pld_privacy_accountant
 from scipy import stats
 
-from privacy.audit.example_level import (EPS_MAX, audit_from_scores, dirac_canaries, dirac_scores, epsilon_lower_bound,
-                                         gaussian_fit_epsilon, guesses, inclusion_bits, k_choices,
-                                         p_value, point_estimate)
+from privacy.audit.example_level import (
+    EPS_MAX,
+    audit_from_scores,
+    dirac_canaries,
+    dirac_scores,
+    epsilon_lower_bound,
+    gaussian_fit_epsilon,
+    guesses,
+    inclusion_bits,
+    k_choices,
+    p_value,
+    point_estimate,
+)
 
 DELTA = 1e-5
 

@@ -6,8 +6,14 @@ import numpy as np
 import pytest
 from scipy import integrate, optimize, stats
 
-from privacy.audit.stats import (clopper_pearson, epsilon_lower_bound, gaussian_pair_epsilon, gdp_epsilon,
-                                 max_certifiable_epsilon, point_estimate)
+from privacy.audit.stats import (
+    clopper_pearson,
+    epsilon_lower_bound,
+    gaussian_pair_epsilon,
+    gdp_epsilon,
+    max_certifiable_epsilon,
+    point_estimate,
+)
 
 DELTA = 1e-5
 
@@ -45,7 +51,7 @@ def test_pair_epsilon_unequal_variances_matches_numerical_integration():
     eps = gaussian_pair_epsilon(m0, s0, m1, s1, 1e-3)
 
     def hockey(pa, pb):  # delta(eps) = int max(0, pa - e^eps pb)
-        f = lambda x: max(0.0, pa(x) - math.exp(eps) * pb(x))  # noqa: E731
+        f = lambda x: max(0.0, pa(x) - math.exp(eps) * pb(x))
         return integrate.quad(f, -40, 40, limit=400, points=[-5, 0, 5])[0]
 
     p0, p1 = stats.norm(m0, s0).pdf, stats.norm(m1, s1).pdf

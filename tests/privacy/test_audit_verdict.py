@@ -13,8 +13,15 @@ import pytest
 
 from privacy.audit import ReleaseObserver, make_canaries
 from privacy.audit.stats import gdp_epsilon
-from privacy.audit.verdict import (ALPHA, bound_test, client_level_verdict, decide, noise_test, reported_sigma_test,
-                                   separation_test)
+from privacy.audit.verdict import (
+    ALPHA,
+    bound_test,
+    client_level_verdict,
+    decide,
+    noise_test,
+    reported_sigma_test,
+    separation_test,
+)
 
 D, K, T, M, C, DELTA = 3000, 100, 8, 20, 1.0, 1e-5
 SIGMA = C / M * 1.2  # per-coordinate SD on the release: canary signal C/M over noise SD -> mu = sqrt(T) / 1.2
@@ -104,7 +111,7 @@ def test_the_lower_bound_is_powerless_when_its_ceiling_is_below_the_formal_epsil
 
 
 def test_decide():
-    t = lambda name, fired, powered: {"test": name, "fired": fired, "powered": powered}  # noqa: E731
+    t = lambda name, fired, powered: {"test": name, "fired": fired, "powered": powered}
     assert decide([t("a", False, False), t("b", False, False)])["verdict"] == "underpowered"
     assert decide([t("a", False, True), t("b", False, False)])["verdict"] == "consistent"
     v = decide([t("a", True, False), t("b", False, True)])

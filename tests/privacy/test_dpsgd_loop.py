@@ -17,8 +17,16 @@ import torch
 from absl import logging as absl_logging
 from torch import nn
 
-from privacy.dpsgd import (LOOP_GRAD_SAMPLE_MODES, DpSgdEvent, make_private, noise_multiplier_for_epsilon, quiet_absl,
-                           rdp_epsilon, sample_rate, train_dp_sgd)
+from privacy.dpsgd import (
+    LOOP_GRAD_SAMPLE_MODES,
+    DpSgdEvent,
+    make_private,
+    noise_multiplier_for_epsilon,
+    quiet_absl,
+    rdp_epsilon,
+    sample_rate,
+    train_dp_sgd,
+)
 from privacy.randomness import NoiseSource
 
 ROOT = Path(__file__).resolve().parents[2]

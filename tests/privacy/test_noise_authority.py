@@ -21,13 +21,13 @@ import pytest
 import torch
 from flwr.app import ConfigRecord, Context, Message, MetricRecord, RecordDict
 
+from flower_apps.common.torch_utils import state_to_record
 from flower_apps.config import RUN_CONFIG_DEFAULTS, ConfigError, noise_condition
 from flower_apps.router import prepare
 from flower_apps.ultrasound import client_app
 from flower_apps.ultrasound.data import build_data, data_key
 from flower_apps.ultrasound.models import model_skeleton
 from flower_apps.ultrasound.study import NOISE_SEED_ENV
-from flower_apps.common.torch_utils import state_to_record
 from privacy.randomness import NoiseSource
 from strategies.records import client_key
 
@@ -186,7 +186,7 @@ def test_tabular_server_noise_differs_between_grid_points(tmp_path):
 
 def test_seeded_streams_mix_the_condition_and_secure_ignores_it(tmp_path):
     secret = _secret(tmp_path / "s.seed", "secret")
-    draw = lambda src: src.numpy_generator(1, 2).standard_normal(8)  # noqa: E731
+    draw = lambda src: src.numpy_generator(1, 2).standard_normal(8)
     np.testing.assert_array_equal(draw(NoiseSource(secret, "run-a")), draw(NoiseSource(secret, "run-a")))
     assert not np.allclose(draw(NoiseSource(secret, "run-a")), draw(NoiseSource(secret, "run-b")))
     assert not np.allclose(draw(NoiseSource(None, "run-a")), draw(NoiseSource(None, "run-a")))

@@ -18,8 +18,8 @@ from torch import nn
 
 from privacy.dpsgd import FastGhostClippingModule, ghost_clipping_backward, make_private
 from privacy.dpsgd.book_keeping import BOOK_SAMPLERS, from_grad_sampler, linear_norm_sample
-from privacy.dpsgd.samplers import FAST_GRAD_SAMPLERS
 from privacy.dpsgd.compat import PrefixTokenPosEmbed
+from privacy.dpsgd.samplers import FAST_GRAD_SAMPLERS
 
 
 def _micro_batch_grads(layer: nn.Module, x: torch.Tensor, r: torch.Tensor) -> list[list[torch.Tensor]]:

@@ -11,14 +11,14 @@ import numpy as np
 import pytest
 from flwr.app import ConfigRecord, Message, MetricRecord, RecordDict
 
+from flower_apps.tabular_pdp.strategy import CohortFedAvg as ClientFedAvg
 from privacy.mechanisms import calibrate_sigma_abs
 from privacy.randomness import STREAM_MATCHED_PERTURBATION, STREAM_TABULAR_SERVER, NoiseSource
 from strategies.cohorts import REJECTED_REPLY, check_replies
+from strategies.personalized_clipping import PersonalizedServerSideClipping
 from strategies.records import client_key, from_numpy, to_numpy
 from strategies.registry import build_strategy
-from strategies.personalized_clipping import PersonalizedServerSideClipping
 from strategies.server_fixed_clipping import ServerSideFixedClipping
-from flower_apps.tabular_pdp.strategy import CohortFedAvg as ClientFedAvg
 
 SHAPE = (60, 50)  # 3,000 noise values: a reproduced draw would match to float precision
 RUN_CONFIG = {"seed": 7, "num-clients": 4, "num-rounds": 3, "eps-cal": 2.0, "clip-norm": 1.0, "delta-cal": 1e-5}

@@ -18,7 +18,7 @@ from collections import OrderedDict
 import numpy as np
 import pytest
 import torch
-from flwr.app import Array, ArrayRecord, Context, Message, MetricRecord, RecordDict
+from flwr.app import Array, ArrayRecord, Context, Message, RecordDict
 
 from flower_apps.config import RUN_CONFIG_DEFAULTS
 from flower_apps.router import prepare
@@ -246,7 +246,7 @@ def test_tabular_pdp_hostile_client_is_refused_in_every_setting(tmp_path, fake_g
     corr = [c for c in CORRUPTIONS if c not in FRAG_CORRUPTIONS]
     over = {"study": "tabular-pdp", "num-clients": 4, "num-rounds": 7, "local-epochs": 1,
             "tab-settings": "vanilla,gdp,pdp", "tab-drift-exclude": False, "noise-seed-file": seed_file}
-    is_fit = lambda msg: str(msg.content["config"].get("phase", "")) == "fit"  # noqa: E731
+    is_fit = lambda msg: str(msg.content["config"].get("phase", "")) == "fit"
     out = {}
     for mode in ("baseline", "forged"):
         # the first two fits (drift detection, clip-norm estimate) stay honest, so the cohort is the same
@@ -291,7 +291,7 @@ def test_unlinkable_dfl_hostile_node_sits_out_and_the_others_are_unchanged(tmp_p
             "nan-size", *FRAG_CORRUPTIONS]
     over = {"study": "unlinkable-dfl", "num-clients": 4, "num-rounds": len(corr), "udfl-degree": 2,
             "clients-per-message": 1, "udfl-eval-samples": 50, "local-epochs": 1}
-    is_train = lambda msg: str(msg.content["config"].get("phase", "")) == "train"  # noqa: E731
+    is_train = lambda msg: str(msg.content["config"].get("phase", "")) == "train"
     out = {}
     for mode in ("baseline", "forged"):
         h = HostileHandler(lambda m, c: client_app.train(m, None), mode, corr, is_train=is_train)

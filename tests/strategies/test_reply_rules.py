@@ -5,7 +5,7 @@ from collections import OrderedDict
 
 import numpy as np
 import pytest
-from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
+from flwr.app import ConfigRecord, Message, MetricRecord, RecordDict
 
 from strategies.records import from_numpy
 from strategies.reply_rules import ReplyRules, reply_problem

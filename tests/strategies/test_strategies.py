@@ -4,7 +4,7 @@ from collections import OrderedDict
 
 import numpy as np
 import pytest
-from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
+from flwr.app import ConfigRecord, Message, MetricRecord, RecordDict
 from scipy import stats
 
 from privacy.mechanisms import calibrate_sigma_abs

@@ -6,9 +6,21 @@ import pytest
 
 from datasets.cancer import TARGET, generate_cancer_table
 from flower_apps.config import ConfigError
-from privacy.anonymization import (QUASI_IDENTIFIERS, AnonymizationError, HierarchyLevelError, apply_levels, arirec,
-                                   build_hierarchies, equivalence_class_sizes, equivalence_classes, harmonize_levels,
-                                   privacy_metrics, search_levels, t_closeness_ordered, validate_levels)
+from privacy.anonymization import (
+    QUASI_IDENTIFIERS,
+    AnonymizationError,
+    HierarchyLevelError,
+    apply_levels,
+    arirec,
+    build_hierarchies,
+    equivalence_class_sizes,
+    equivalence_classes,
+    harmonize_levels,
+    privacy_metrics,
+    search_levels,
+    t_closeness_ordered,
+    validate_levels,
+)
 
 
 def make_cfg(**over):

@@ -105,9 +105,9 @@ def test_smoke_run_saves_final_models_the_attacks_load(tmp_path, fake_grid_cls):
     rows), so the file is the released global model, not an earlier or a client's one.
     """
     from flower_apps.common.report_card import write_card
-    from flower_apps.tabular_pdp.card import CARD
     from flower_apps.common.results import read_json
     from flower_apps.tabular_pdp.attacks import load_final_model, predict
+    from flower_apps.tabular_pdp.card import CARD
     from flower_apps.tabular_pdp.client_app import train
     from flower_apps.tabular_pdp.data import client_data, data_key
     from flower_apps.tabular_pdp.model import SeverityMLP

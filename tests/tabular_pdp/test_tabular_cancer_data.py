@@ -7,9 +7,21 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from datasets.cancer import (CANCER_STAGES, CANCER_TYPES, COLUMNS, COUNTRY_COUNTS, GENDERS, RISK_FACTORS, TARGET,
-                             CancerSchemaError, generate_cancer_table, load_cancer_csv, severity_score,
-                             validate_cancer_table)
+from datasets.cancer import (
+    CANCER_STAGES,
+    CANCER_TYPES,
+    COLUMNS,
+    COUNTRY_COUNTS,
+    GENDERS,
+    RISK_FACTORS,
+    TARGET,
+    CancerSchemaError,
+    generate_cancer_table,
+    load_cancer_csv,
+    severity_score,
+    validate_cancer_table,
+)
+
 CANCER_DIR = Path(__file__).resolve().parents[3] / "shared" / "data" / "cancer"  # as tests/conftest.py
 SAMPLE = CANCER_DIR / "global_cancer_patients_2015_2024.sample1000.csv"
 PARTIAL = CANCER_DIR / "global_cancer_patients_2015_2024.partial50k.csv"

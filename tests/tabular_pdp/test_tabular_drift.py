@@ -77,8 +77,8 @@ def test_poisoned_client_is_flagged_in_a_detection_run(tmp_path, fake_grid_cls, 
     import torch
 
     from flower_apps.tabular_pdp.client_app import train
-    from flower_apps.tabular_pdp.server_app import server_main
     from flower_apps.tabular_pdp.config import config_for as make_cfg
+    from flower_apps.tabular_pdp.server_app import server_main
 
     torch.set_num_threads(1)
     cfg = make_cfg(**{"tab-settings": "", "tab-poison": poison, "tab-poison-client": client, "seed": seed,

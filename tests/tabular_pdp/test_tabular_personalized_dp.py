@@ -12,12 +12,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from privacy.personalized import (aggregate_sigma, gdp_sigma, normalized_risks, personalized_noise_multipliers,
-                                  personalized_sigmas)
+from flower_apps.tabular_pdp.strategy import CohortFedAvg as ClientFedAvg
+from privacy.personalized import (
+    aggregate_sigma,
+    gdp_sigma,
+    normalized_risks,
+    personalized_noise_multipliers,
+    personalized_sigmas,
+)
 from privacy.tabular_accounting import client_budgets, gaussian_epsilon
 from strategies.personalized_clipping import PersonalizedServerSideClipping
 from strategies.server_fixed_clipping import ServerSideFixedClipping
-from flower_apps.tabular_pdp.strategy import CohortFedAvg as ClientFedAvg
 
 P = 40_000  # parameters per model: the sample SD is then within ~0.5% of sigma
 

@@ -7,6 +7,7 @@ import pytest
 import torch
 from torch import nn
 
+from datasets.transforms import IDENTITY_PROFILE
 from flower_apps.ultrasound.attacks import (
     Recipe,
     UsAttackSettings,
@@ -17,7 +18,6 @@ from flower_apps.ultrasound.attacks import (
 )
 from flower_apps.ultrasound.data import UltrasoundData
 from flower_apps.ultrasound.train import train_local
-from datasets.transforms import IDENTITY_PROFILE
 
 SIZE, K = 16, 3
 
@@ -87,7 +87,7 @@ def test_dp_sgd_view_hides_the_image(tmp_path):
     model = make(3).eval()
     clear = inversion_rows(model, data, make, "gradient", SMALL)
     noised = inversion_rows(model, data, make, "dp-sgd", SMALL, clip_norm=0.1, noise_multiplier=1.0)
-    best = lambda rows: max(r["ssim"] for r in rows)  # noqa: E731
+    best = lambda rows: max(r["ssim"] for r in rows)
     assert best(clear) > 0.5, [(r["attack"], r["ssim"]) for r in clear]
     assert best(clear) > best(noised) + 0.3, ([r["ssim"] for r in clear], [r["ssim"] for r in noised])
     assert all(r["seconds_per_image"] > 0 for r in clear + noised)

@@ -10,8 +10,17 @@ import pytest
 
 from datasets import busi
 from datasets.base import DatasetUnavailableError
-from datasets.busi import (BUSI_CLASSES, TASKS, DatasetLayoutError, find_busi_root, global_splits, load_breastmnist,
-                           load_busi, load_ultrasound, synthetic_ultrasound)
+from datasets.busi import (
+    BUSI_CLASSES,
+    TASKS,
+    DatasetLayoutError,
+    find_busi_root,
+    global_splits,
+    load_breastmnist,
+    load_busi,
+    load_ultrasound,
+    synthetic_ultrasound,
+)
 
 SHARED_DATA = Path(__file__).resolve().parents[3] / "shared" / "data"  # as tests/conftest.py
 
@@ -143,7 +152,7 @@ def test_synthetic_is_labelled_and_deterministic():
     assert a.class_counts() == {"normal": 2, "benign": 3, "malignant": 4}
     assert all(np.array_equal(x, y) for x, y in zip(a.images, b.images))
     # lesions are dark: the centre of lesion images is darker on average than normal ones
-    centre = lambda i: float(i[12:20, 12:20].mean())  # noqa: E731
+    centre = lambda i: float(i[12:20, 12:20].mean())
     assert np.mean([centre(i) for i, y in zip(a.images, a.labels) if y > 0]) < np.mean(
         [centre(i) for i, y in zip(a.images, a.labels) if y == 0])
 

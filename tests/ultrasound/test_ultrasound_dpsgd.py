@@ -14,8 +14,8 @@ from timm.layers import BatchNormAct2d, GroupNormAct
 from torch import nn
 
 from flower_apps.ultrasound.train import DpSettings, lr_at_round, proximal_term, train_local
-from privacy.randomness import NoiseSource
 from privacy.dpsgd import make_opacus_compatible, make_private, unwrap
+from privacy.randomness import NoiseSource
 
 torch.set_num_threads(1)
 # Opacus hooks the first layer, whose input needs no gradient: PyTorch's notice about it is expected.
@@ -236,7 +236,7 @@ def test_fast_grad_samplers_match_micro_batch_gradients(act):
     assert FastGradSampleModule.GRAD_SAMPLERS[nn.Conv2d] is samplers.conv2d_grad_sample  # for this class only
     assert FastGradSampleModule.GRAD_SAMPLERS[GroupNormAct] is samplers.group_norm_act_grad_sample
     acts = {"relu6": nn.ReLU6, "relu": nn.ReLU, "silu": nn.SiLU, "none": None}
-    norm = lambda c, g: GroupNormAct(c, num_groups=g, act_layer=acts[act], apply_act=acts[act] is not None,  # noqa: E731
+    norm = lambda c, g: GroupNormAct(c, num_groups=g, act_layer=acts[act], apply_act=acts[act] is not None,
                                      inplace=False)
     torch.manual_seed(0)
     model = nn.Sequential(

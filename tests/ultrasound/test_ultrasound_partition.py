@@ -8,8 +8,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from datasets.partition import PARTITIONERS, partition
-from datasets.ultrasound_partition import (client_validation_sets, ipf_counts, label_quantity_skew_partition,
-                                           lognormal_sizes, partition_table)
+from datasets.ultrasound_partition import (
+    client_validation_sets,
+    ipf_counts,
+    label_quantity_skew_partition,
+    lognormal_sizes,
+    partition_table,
+)
 
 LABELS = np.repeat([0, 1, 2], [107, 350, 167])  # BUSI's training split class sizes (624)
 

@@ -13,8 +13,12 @@ import torch
 
 from flower_apps.ultrasound import pretrained
 from flower_apps.ultrasound.models import create_model
-from flower_apps.ultrasound.pretrained import (MissingWeightsError, lite0_key_map, lite0_weights_file,
-                                               map_lite0_state_dict)
+from flower_apps.ultrasound.pretrained import (
+    MissingWeightsError,
+    lite0_key_map,
+    lite0_weights_file,
+    map_lite0_state_dict,
+)
 
 torch.set_num_threads(1)
 

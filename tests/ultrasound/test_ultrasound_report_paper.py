@@ -9,8 +9,13 @@ import pytest
 
 from flower_apps.common.stats import summarize
 from flower_apps.ultrasound.report import _step_ratio
-from flower_apps.ultrasound.report_paper import (PAPER_SCALE, dp_cost_rows, epsilon_rows, per_arch_rows,
-                                                 write_paper_tables)
+from flower_apps.ultrasound.report_paper import (
+    PAPER_SCALE,
+    dp_cost_rows,
+    epsilon_rows,
+    per_arch_rows,
+    write_paper_tables,
+)
 from privacy.dpsgd import DpSgdEvent, rdp_epsilon
 
 

@@ -7,8 +7,17 @@ import numpy as np
 import pytest
 import torch
 
-from datasets.transforms import (IDENTITY_PROFILE, IMAGENET_MEAN, IMAGENET_STD, ScannerProfile, preprocess_many,
-                                 preprocess_ultrasound, scanner_profiles, to_gray_uint8, to_model_input)
+from datasets.transforms import (
+    IDENTITY_PROFILE,
+    IMAGENET_MEAN,
+    IMAGENET_STD,
+    ScannerProfile,
+    preprocess_many,
+    preprocess_ultrasound,
+    scanner_profiles,
+    to_gray_uint8,
+    to_model_input,
+)
 
 
 @pytest.fixture

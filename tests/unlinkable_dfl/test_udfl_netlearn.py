@@ -8,8 +8,8 @@ import pytest
 
 import flower_apps.studies  # noqa: F401  (registers the study keys)
 from flower_apps.common.results import run_hash
-from flower_apps.unlinkable_dfl.server_app import run_dir
 from flower_apps.unlinkable_dfl import netlearn
+from flower_apps.unlinkable_dfl.server_app import run_dir
 from flower_apps.unlinkable_dfl.world import World
 
 

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from privacy.fragments import Fragment, FragmentLayout, encode, split
 from flower_apps.unlinkable_dfl.fragment_pool import AGGREGATORS, FragmentPool, frag_fedavg, frag_krum, krum_select
+from privacy.fragments import Fragment, FragmentLayout, encode, split
 
 
 def _encoded(vec, layout, round_=1, encoding="float32", rng=None):

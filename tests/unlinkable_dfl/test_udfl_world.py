@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from flower_apps.common.results import read_jsonl
 import flower_apps.studies  # noqa: F401  (registers the study keys)
+from flower_apps.common.results import read_jsonl
 from flower_apps.config import RUN_CONFIG_DEFAULTS
 from flower_apps.unlinkable_dfl import client_app, server_app
 from flower_apps.unlinkable_dfl.config import PRESETS, build_config
