@@ -13,8 +13,8 @@ statistics included). Target: <= 1.2x (issue 13). On a loaded machine the wall t
 swing by more than the audit costs, so further rows measure the audit's own server-side work
 directly and add it to the plain run's wall time: the CPU time of the simulation's driver process
 (ServerApp, where all of the audit runs, and the in-memory SuperLink; the clients train in Ray
-actor processes and do the same work with and without the audit), audited minus plain, and for dfl-dp the process CPU time of canaries, insertion, cosines and statistics at
-the CNN's size.
+actor processes and do the same work with and without the audit), audited minus plain, and for dfl-dp
+the process CPU time of canaries, insertion, cosines and statistics at the CNN's size.
 """
 
 from __future__ import annotations

@@ -48,7 +48,7 @@ def measure(quick: bool = True, image_size: int = 160, threads: int = 2, reps: i
                 pt = make_private(m, opt, 32, 32, noise_multiplier=2.0, max_grad_norm=1.5, grad_sample_mode="ghost",
                                   poisson_sampling=False)
 
-                def step(params_target: bool) -> float:
+                def step(params_target: bool, pt=pt) -> float:  # pt bound here (B023)
                     xb = x.clone()
                     targets = ghost_targets(pt.model, xb) if params_target else [xb.requires_grad_(True)]
                     t0 = time.process_time()

@@ -163,7 +163,8 @@ def main(argv: list[str] | None = None) -> int:
     x = torch.randn(args.batch_size, 3, args.image_size, args.image_size, generator=g).to(device)
     y = torch.randint(0, 2, (args.batch_size,), generator=g).to(device)
     clock = args.clock or ("wall" if device.type == "cuda" else "cpu")
-    print(f"DP-SGD overhead{' (STOCK Opacus samplers)' if args.stock_opacus else ''}: {args.image_size}px, batch {args.batch_size}, {device}, {args.threads} thread(s), "
+    print(f"DP-SGD overhead{' (STOCK Opacus samplers)' if args.stock_opacus else ''}: {args.image_size}px, "
+          f"batch {args.batch_size}, {device}, {args.threads} thread(s), "
           f"{clock} clock, min (median) of {args.reps} interleaved steps after {args.warmup} warm-up")
     print(f"{'arch':24s} {'variant':28s} {'s/step':>9s} {'vs non-private':>15s} {'median':>8s}")
     for arch in args.archs:

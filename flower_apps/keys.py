@@ -69,7 +69,9 @@ def render_markdown() -> str:
     """docs/run_keys.md: one row per key (name, default, type, allowed values, studies, meaning)."""
     out = ["# Run keys", "", f"<!-- {HEADER} -->", "",
            'Set them with `flwr run . --run-config "key=value ..."` (or in `[tool.flwr.app.config]` of '
-           "pyproject.toml). A study's preset sets the keys you did not set; the keys you set with `--run-config` (or in-process overrides) win, even at their default value. Values edited into pyproject.toml count as set only when they differ from the default.", ""]
+           "pyproject.toml). A study's preset sets the keys you did not set; the keys you set with `--run-config` "
+           "(or in-process overrides) win, even at their default value. Values edited into pyproject.toml count as "
+           "set only when they differ from the default.", ""]
     for title, keys in groups():
         out += [f"## {title}", "", "| key | default | type | allowed | studies | meaning |", "|---|---|---|---|---|---|"]
         for key in keys:

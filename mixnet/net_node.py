@@ -117,7 +117,7 @@ async def _serve_link(env: AsyncioEnv, reader: asyncio.StreamReader, writer: asy
             if n > MAX_FRAME:
                 break
             frame = await reader.readexactly(n)
-            env.run_timed(lambda: env.node.on_frame(peer, frame))  # type: ignore[union-attr]
+            env.run_timed(lambda: env.node.on_frame(peer, frame))  # type: ignore[union-attr]  # noqa: B023 - called now
     except (asyncio.IncompleteReadError, ConnectionError, ssl.SSLError, ValueError, OSError):
         pass
     finally:

@@ -138,7 +138,7 @@ class PeerView:
         """
         if info.node_id == self.self_id:
             return Outcome.UNCHANGED
-        info.key  # validate before anything else: a bad key must never replace a good one
+        _ = info.key  # validate before anything else: a bad key must never replace a good one
         old = self._peers.get(info.node_id)
         if old is None or not old.same_record(info):
             info.verify()

@@ -40,7 +40,7 @@ import_opacus()  # before any opacus import: no root log handler (see privacy/op
 from opacus.accountants.analysis import gdp as opacus_gdp  # noqa: E402
 from opacus.accountants.analysis import rdp as opacus_rdp  # noqa: E402
 
-from privacy.mechanisms import calibrate_sigma_abs, sensitivity
+from privacy.mechanisms import calibrate_sigma_abs, sensitivity  # noqa: E402
 
 PAPER_CLIP_NORMS = (0.1, 0.5, 1.0, 2.0)
 PAPER_EPS_CAL = (0.5, 1.0, 2.0, 3.0, 4.0)
@@ -127,7 +127,8 @@ def grid_table(
 
 
 def _markdown(rows: list[AccountingRow]) -> str:
-    head = "| framework | C | eps_cal | sigma_abs | sensitivity | z | eps_total (std RDP) | eps (dp-accounting RDP) | eps (exact GDP) |"
+    head = ("| framework | C | eps_cal | sigma_abs | sensitivity | z | eps_total (std RDP) | eps (dp-accounting RDP) "
+            "| eps (exact GDP) |")
     lines = [head, "|" + "---|" * 9]
     for r in rows:
         gdp = "> 500" if r.eps_gdp_exact is None else f"{r.eps_gdp_exact:.4g}"

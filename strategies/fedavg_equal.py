@@ -83,7 +83,7 @@ class EqualWeightFedAvg(LogicalClientStrategy):
             {
                 "num-contributors": len(models),
                 "num-failed": expected - len(models),
-                "train-loss": sum(l * n for l, n in losses) / max(n_ex, 1),
+                "train-loss": sum(loss * n for loss, n in losses) / max(n_ex, 1),
             }
         )
         return from_numpy(agg), metrics

@@ -264,7 +264,8 @@ def read_image_node(data_path: str, study: str, node: str) -> tuple[ImageNode, d
     m = read_manifest(node_folder(data_path, study), "images-npz", node)
     raw = read_image_clients(m)
     num_classes, mean, std = image_meta(m)
-    return ImageNode(m.node, num_classes, image_shape(next(iter(raw.values())).x), {c: normalize_images(v.x, mean, std) for c, v in raw.items()},
+    return ImageNode(m.node, num_classes, image_shape(next(iter(raw.values())).x),
+                     {c: normalize_images(v.x, mean, std) for c, v in raw.items()},
                      {c: torch.from_numpy(v.y) for c, v in raw.items()}), raw
 
 

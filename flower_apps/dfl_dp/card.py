@@ -35,7 +35,8 @@ def collect_dfl_dp(study_dir: Path) -> list[dict]:
             continue
         views = {f.stem.removeprefix("attacks_inversion_"): attack_rows(read_json(f))
                  for f in sorted(run.glob("attacks_inversion_*.json"))}
-        out.append({**rec, **strongest_mia(attack_rows(optional_json(run / "attacks_mia.json")) + attack_rows(optional_json(run / "attacks_lira.json"))),
+        out.append({**rec, **strongest_mia(attack_rows(optional_json(run / "attacks_mia.json"))
+                                           + attack_rows(optional_json(run / "attacks_lira.json"))),
                     "ssim": best_ssim(views.get("noised-update") or views.get("gradient") or [])})
     return out
 

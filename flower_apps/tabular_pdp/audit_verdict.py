@@ -36,8 +36,8 @@ at n_eps = 0.05, where the pooled-SD separation loses three quarters of its powe
 
 Honest power: a test is counted as powered only where the data allow it. The noise test's power
 against half the noise is computed with the release's signal energy estimated from the ratio measured
-on every held-out direction (r^2 - 1 per coordinate, which a too-small noise would hide behind); the separation test's power against twice
-the formal mu is scaled by the statistic's measured efficiency mu_hat / mu_formal (at most 1).
+on every held-out direction (r^2 - 1 per coordinate, which a too-small noise would hide behind); the separation
+test's power against twice the formal mu is scaled by the statistic's measured efficiency mu_hat / mu_formal (at most 1).
 
 Verdict per group: ``violation`` when a test fires; ``consistent`` only when both bug classes had a
 powered test, the noise scale (measured-noise, member-noise, separation) and the clip (canary-signal,

@@ -207,9 +207,10 @@ def ghost_clipping_backward(model: nn.Module, loss_per_sample: torch.Tensor,
     per-sample gradient norms, not the parameter gradients that Opacus computes in this pass and
     throws away. ``inputs`` is the batch when the first layer trains; when a frozen prefix comes
     first (e.g. only the head trains), pass the trainable parameters instead (:func:`ghost_targets`):
-    the pass then stops at the first trainable layer instead of running back through the frozen ones. With ``book_keeping`` (default, where every layer supports it) the clipped sum is
-    then formed layer by layer from what that pass kept (:mod:`privacy.dpsgd.book_keeping`, Bu et al.
-    2023's BK); otherwise the clip-weighted loss is backpropagated a second time, without hooks.
+    the pass then stops at the first trainable layer instead of running back through the frozen ones.
+    With ``book_keeping`` (default, where every layer supports it) the clipped sum is then formed layer
+    by layer from what that pass kept (:mod:`privacy.dpsgd.book_keeping`, Bu et al. 2023's BK);
+    otherwise the clip-weighted loss is backpropagated a second time, without hooks.
     Both give the same gradients up to float rounding (tested).
 
     Parameters

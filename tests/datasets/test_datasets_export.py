@@ -41,7 +41,7 @@ def test_dfl_dp_export_holds_exactly_the_simulated_partition(tmp_path):
     _, cfg = prepare({"study": "dfl-dp", "preset": "smoke", "seed": 0})
     plan = build_image_plan(data_key(cfg))
     seen = []
-    for i, name in enumerate(("node-0", "node-1")):
+    for _i, name in enumerate(("node-0", "node-1")):
         node = node_clients(str(tmp_path / name), name)
         assert sorted(node.x) == rec["nodes"][name]["client_ids"]
         for cid in node.x:

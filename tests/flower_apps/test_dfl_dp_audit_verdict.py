@@ -187,7 +187,7 @@ def test_the_audit_table_shows_each_runs_verdict(trials, tmp_path):
     from flower_apps.common.results import atomic_write_json
     from flower_apps.dfl_dp.audit_report import write_audit_table
 
-    for (fault, framework), audit in trials.items():
+    for (_fault, _framework), audit in trials.items():
         run = tmp_path / "dfl-dp" / "runs" / audit["trial"]["run"]
         atomic_write_json(run / "audit.json", audit)
         atomic_write_json(run / "summary.json", {"run": run.name, "clip_norm": 1.0, "eps_cal": 2.0, "num_clients": 10,

@@ -47,7 +47,7 @@ def test_hold_time_density_matches_numerical_convolution(fill):
     assert total == pytest.approx(1.0, abs=1e-6)
     for t in (0.05, 0.3, 0.7):
         expected = (stats.expon(scale=mu).pdf(t) if fill == 0 else
-                    integrate.quad(lambda w: stats.expon(scale=mu).pdf(t - w) / fill, 0, min(t, fill))[0])
+                    integrate.quad(lambda w: stats.expon(scale=mu).pdf(t - w) / fill, 0, min(t, fill))[0])  # noqa: B023
         assert hold_time_density(np.array([t]), mu, fill)[0] == pytest.approx(expected, rel=1e-6)
 
 

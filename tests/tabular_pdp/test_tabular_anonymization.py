@@ -154,7 +154,7 @@ def test_harmonization_runs_through_flower_messages(crafted_csv, fake_grid_cls):
     phases = [(m.content["config"]["phase"], list(m.content["config"].get("levels", []))) for _, m in grid.log]
     assert phases[:4] == [("anonymize", [])] * 4
     assert phases[4:] == [("harmonize", [2, 1, 0, 0])] * 3  # the skipped client gets no harmonize message
-    for cid, h in out.harmonized.items():
+    for _cid, h in out.harmonized.items():
         assert h["k"] >= 5 and h["suppressed"] >= 0 and h["n_records"] + h["suppressed"] == h["n_original"]
         assert 0 < h["arirec"] <= 0.2
     # region A needed no suppression on its own but shares the maximum: Age in 10-year bins, Gender suppressed

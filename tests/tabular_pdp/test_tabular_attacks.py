@@ -140,6 +140,6 @@ def test_smoke_run_saves_final_models_the_attacks_load(tmp_path, fake_grid_cls):
     with open(tmp_path / "tabular-pdp" / "report_card.csv", newline="") as fh:
         card = {r["condition"]: r for r in csv.DictReader(fh)}
     assert sorted(card) == ["gdp (anonymized)", "pdp (anonymized)", "vanilla (anonymized)"]
-    for setting, row in card.items():  # every attack cell filled from attacks.json
+    for _setting, row in card.items():  # every attack cell filled from attacks.json
         assert row["MIA AUC (best attack)"] != "not run" and row["attribute inference adv. over prior"] != "not run"
     assert read_json(folder / "attacks.json")["rows"] == rows
