@@ -10,7 +10,7 @@ import numpy as np
 
 from datasets.base import DataError, one_line
 
-_DTYPES = {0x08: np.uint8, 0x09: np.int8, 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
+_DTYPES: dict[int, type[np.generic] | str] = {0x08: np.uint8, 0x09: np.int8, 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
 
 
 def read_idx(path: str | Path) -> np.ndarray:

@@ -303,7 +303,8 @@ def write_manifest(root: str | Path, fmt: str, clients: Mapping[int, str], node:
 def write_npz(path: str | Path, **arrays: np.ndarray) -> Path:
     """An uncompressed ``.npz``, written atomically."""
     p = Path(path)
-    write_atomic(p, lambda fh: np.savez(fh, **arrays))
+    # numpy's stub types savez's **kwds after its allow_pickle: bool, so **dict[str, ndarray] does not match
+    write_atomic(p, lambda fh: np.savez(fh, **arrays))  # type: ignore[arg-type]
     return p
 
 

@@ -19,9 +19,13 @@ def register_dataset(name: str, loader: Loader) -> None:
     DATASETS[name] = loader
 
 
+def _load_mnist_5k(_data_dir: str | Path | None = None) -> ArrayDataset:
+    return load_mnist_subset()  # the packaged subset: no data directory
+
+
 register_dataset("mnist", load_mnist)  # full if present, else the offline subset
 register_dataset("mnist-full", load_mnist_idx)
-register_dataset("mnist-5k", lambda _d=None: load_mnist_subset())
+register_dataset("mnist-5k", _load_mnist_5k)
 register_dataset("fashion-mnist", load_fashion_mnist)
 register_dataset("cifar10", load_cifar10)
 

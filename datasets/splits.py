@@ -12,7 +12,7 @@ FOUR_WAY_NAMES = ("target_train", "target_holdout", "shadow_train", "shadow_hold
 FOUR_WAY_SIZES = (40_000, 5_000, 10_000, 5_000)
 
 
-def _largest_remainder(total: int, fractions: Sequence[float]) -> np.ndarray:
+def _largest_remainder(total: int, fractions: Sequence[float] | np.ndarray) -> np.ndarray:
     raw = np.asarray(fractions, dtype=float) * total
     counts = np.floor(raw).astype(int)
     order = np.argsort(-(raw - counts), kind="stable")

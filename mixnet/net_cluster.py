@@ -123,8 +123,12 @@ class LocalCluster:
         self.n_nodes = n_nodes
         self.seed = seed
         self.startup_timeout = startup_timeout
-        self._tmp = tempfile.TemporaryDirectory(prefix="mixnet-") if workdir is None else None
-        self.workdir = Path(self._tmp.name) if self._tmp is not None else Path(workdir)
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+        if workdir is None:
+            self._tmp = tempfile.TemporaryDirectory(prefix="mixnet-")
+            self.workdir = Path(self._tmp.name)
+        else:
+            self.workdir = Path(workdir)
         self.processes: dict[int, _Process] = {}
         self.directory: list[dict] = []
         atexit.register(self.close)

@@ -17,6 +17,7 @@ import random
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from .config import MixnetConfig
 from .crypto import SeededRandomSource, private_key_from_bytes
@@ -26,6 +27,8 @@ from .node import MixNode, TxMeta
 from .stats import NodeStats
 from .topology import Topology, make_topology
 from .trace import AdversaryView, GroundTruth, GroundTruthRecord, MessageRecord, TraceRecord
+
+_T = TypeVar("_T")
 
 DeliveryCallback = Callable[[int, DeliveredMessage], None]
 #: Fault injector: ``(src, dst, kind) -> True`` loses that frame (``kind`` from stats.TX_KINDS).
@@ -265,9 +268,10 @@ class Simulator:
         records = [self._messages[m] for m in message_ids]
         if not records:
             raise ValueError("message_ids must not be empty")
-        if any(r.delivered is None for r in records):
+        delivered = [r.delivered for r in records if r.delivered is not None]
+        if len(delivered) < len(records):
             return float("inf")
-        return max(r.delivered for r in records) - min(r.sent for r in records)  # type: ignore[type-var]
+        return max(delivered) - min(r.sent for r in records)
 
     # ---------------------------------------------------------- internals --
     def _live(self, node_id: int, name: str) -> MixNode:
@@ -276,7 +280,7 @@ class Simulator:
             raise ValueError(f"{name} must be a running node id, got {node_id}")
         return node
 
-    def _timed(self, node_id: int, fn: Callable[[], object]) -> object:
+    def _timed(self, node_id: int, fn: Callable[[], _T]) -> _T:
         start = time.process_time()
         try:
             return fn()

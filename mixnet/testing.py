@@ -40,7 +40,9 @@ def walk(
 ) -> tuple[Deliver | Reply, list[int], list[Forward]]:
     """Process ``packet`` hop by hop; returns the final result, the visited nodes and each relay's output."""
     caches = caches if caches is not None else {i: ReplayCache() for i in keys}
-    node, visited, forwards = first_hop, [], []
+    node = first_hop
+    visited: list[int] = []
+    forwards: list[Forward] = []
     while True:
         visited.append(node)
         result = process_packet(fmt, keys[node], packet, caches[node])

@@ -39,6 +39,9 @@ class PatternStrategy(Strategy):
     #: DP wrappers size their noise for: strategies.matched_perturbation) or "examples" (by reported
     #: example counts, strategies.fedavg_examples). Wrappers copy the value of the strategy they wrap.
     member_weights = "equal"
+    #: Which planned clients a reply carries a model for: "each", "last" or "none" (strategies.cohorts);
+    #: declared here for the type checker, set by each strategy.
+    array_claims: str
 
     def prepare_grid(self, grid: Grid) -> Grid:
         """Return the grid view this strategy's rounds communicate through."""

@@ -38,7 +38,7 @@ from flwr.serverapp import Grid
 from privacy.audit.canaries import CanarySet
 from privacy.audit.client_level import flat_params, float_keys, split_like
 from strategies.base import PatternStrategy
-from strategies.records import from_numpy, to_numpy
+from strategies.records import from_numpy, number, to_numpy
 
 log = logging.getLogger(__name__)
 PLACEMENTS = ("cohort-mean", "chain-end")
@@ -156,7 +156,7 @@ class CanaryInsertion(PatternStrategy):
         arrays, metrics = self.strategy.aggregate_train(server_round, replies)
         k_in = int(self._inserted.size)
         metrics = MetricRecord() if metrics is None else metrics
-        real = int(metrics.get("num-contributors", 0))
+        real = int(number(metrics.get("num-contributors", 0)))
         if arrays is None or real == 0:
             # No real client contributed: nothing is released this round, canaries included.
             return arrays, metrics
@@ -251,4 +251,4 @@ class WeightedCanaries:
 
 def real_weight(replies: Iterable[Message], key: str = "num-examples") -> float:
     """Total FedAvg weight of ``replies`` (their ``metrics[key]``)."""
-    return float(sum(float(r.content["metrics"][key]) for r in replies))
+    return float(sum(float(number(r.content["metrics"][key])) for r in replies))

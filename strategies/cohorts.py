@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, replace
 from flwr.app import ArrayRecord, ConfigRecord, Error, Message, MessageType, RecordDict
 from flwr.serverapp import Grid
 
+from strategies.records import int_list, number
 from strategies.reply_rules import DEFAULT_RULES, ReplyRules, reply_problem
 
 _log = logging.getLogger(__name__)
@@ -84,14 +85,14 @@ def client_ids_of(config: ConfigRecord) -> list[int]:
     """The logical clients a received message asks its node to play (ClientApp side)."""
     if "client-ids" not in config:
         raise KeyError("message without 'client-ids' in its config: it was not built by strategies.cohorts")
-    return [int(c) for c in config["client-ids"]]
+    return [int(c) for c in int_list(config["client-ids"])]
 
 
 def planned_clients(message: Message) -> tuple[int, ...]:
     """The logical clients a message the server built asks for (its config's ``client-ids``)."""
     for rec in message.content.config_records.values():
         if "client-ids" in rec:
-            return tuple(int(c) for c in rec["client-ids"])
+            return tuple(int(c) for c in int_list(rec["client-ids"]))
     raise KeyError("message without client-ids in its config: it was not built from a plan")
 
 
@@ -111,11 +112,11 @@ def _claims_problem(planned: tuple[int, ...], reply: Message, array_claims: str)
     if sorted(keyed) != expected:
         return f"models for clients {sorted(keyed)}, asked for {expected}"
     if "metrics" in content.metric_records and "client-ids" in content.metric_records["metrics"]:
-        listed = [int(c) for c in content.metric_records["metrics"]["client-ids"]]
+        listed = [int(c) for c in int_list(content.metric_records["metrics"]["client-ids"])]
         if listed != list(planned):
             return f"claims to have trained clients {listed}, asked for {list(planned)}"
     if "info" in content.config_records and "client-id" in content.config_records["info"]:
-        cid = int(content.config_records["info"]["client-id"])
+        cid = int(number(content.config_records["info"]["client-id"]))
         if (cid,) != planned:
             return f"speaks for client {cid}, asked for {list(planned)}"
     return None

@@ -16,7 +16,7 @@ from flwr.serverapp.strategy import Strategy
 
 from privacy.drift import DriftReport, detect_drift, flatten
 from strategies.fixed_cohort import FixedCohort
-from strategies.records import to_numpy
+from strategies.records import array_record, to_numpy
 from strategies.wrapper import StrategyWrapper
 
 log = logging.getLogger(__name__)
@@ -43,7 +43,7 @@ class DriftGuard(StrategyWrapper):
             checked = self.check(server_round, replies)
             ids = checked.contributors
             if len(ids) >= 3:
-                rep = detect_drift(ids, [flatten(to_numpy(checked.reply_of[c].content["arrays"])) for c in ids],
+                rep = detect_drift(ids, [flatten(to_numpy(array_record(checked.reply_of[c].content["arrays"]))) for c in ids],
                                    self.threshold, self.min_ratio)
                 self.reports[server_round] = rep
                 if rep.flagged:

@@ -14,7 +14,7 @@ import numpy as np
 from flwr.app import ArrayRecord, Message, MetricRecord
 
 from strategies.base import LogicalClientStrategy
-from strategies.records import client_arrays, from_numpy, to_numpy
+from strategies.records import client_arrays, from_numpy, number, to_numpy
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +71,7 @@ class EqualWeightFedAvg(LogicalClientStrategy):
                 models[cid] = to_numpy(rec)
             weights.update(self.client_weights(reply, sorted(arrays)))
             m = reply.content["metrics"]
-            losses.append((float(m["train-loss"]), int(m["num-examples"])))
+            losses.append((float(number(m["train-loss"])), int(number(m["num-examples"]))))
         expected = len(self.client_ids)
         if not models:
             log.warning("round %d: no client replied; the model is unchanged", server_round)

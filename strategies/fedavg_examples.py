@@ -25,6 +25,7 @@ import numpy as np
 from flwr.app import Message
 
 from strategies.fedavg_equal import EqualWeightFedAvg
+from strategies.records import number
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +71,7 @@ class ExampleWeightedFedAvg(EqualWeightFedAvg):
     def client_weights(self, reply: Message, clients: list[int]) -> dict[int, float]:
         # One client per reply (see __init__); num-examples is in range: the plan check refused it otherwise.
         (cid,) = clients
-        return {cid: float(int(reply.content["metrics"]["num-examples"]))}
+        return {cid: float(int(number(reply.content["metrics"]["num-examples"])))}
 
     def combine(self, models: list[OrderedDict[str, np.ndarray]], weights: list[float]) -> OrderedDict[str, np.ndarray]:
         return example_weighted_mean(models, weights)

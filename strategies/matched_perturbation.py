@@ -42,7 +42,7 @@ from privacy.mechanisms import calibrate_sigma_abs, clip_by_l2, gaussian_noise_l
 from privacy.randomness import STREAM_MATCHED_PERTURBATION, NoiseSource
 from strategies.base import PatternStrategy
 from strategies.cohorts import PlanChecked
-from strategies.records import client_arrays, client_key, from_numpy, to_numpy
+from strategies.records import client_arrays, client_key, from_numpy, number, to_numpy
 
 log = logging.getLogger(__name__)
 CLIP_LEVELS = ("client", "aggregate")
@@ -145,7 +145,7 @@ class MatchedPerturbation(PlanChecked, PatternStrategy):
         metrics = MetricRecord() if metrics is None else metrics
         # The cohort is the server's plan: planned clients whose replies arrived valid.
         contributors = len(checked.contributors)
-        if int(metrics.get("num-contributors", contributors)) != contributors:
+        if int(number(metrics.get("num-contributors", contributors))) != contributors:
             raise RuntimeError(f"round {server_round}: the wrapped strategy counted "
                                f"{metrics.get('num-contributors')} contributors, the plan {contributors}")
         metrics["num-rejected"] = len(checked.rejected)
@@ -156,7 +156,7 @@ class MatchedPerturbation(PlanChecked, PatternStrategy):
         if self.clip_at == "aggregate":
             model = self._clip_model(server_round, "round", model)
         # Audit canaries (strategies.canaries) are cohort members like any client: they size the noise too.
-        cohort = contributors + int(metrics.get("num-canaries", 0))
+        cohort = contributors + int(number(metrics.get("num-canaries", 0)))
         if self.fault == "wrong-cohort":
             cohort *= WRONG_COHORT_FACTOR
         sigma_abs = calibrate_sigma_abs(self.clip_norm, cohort, self.eps_cal, self.delta_cal)
@@ -170,9 +170,10 @@ class MatchedPerturbation(PlanChecked, PatternStrategy):
         if len(events) < len(all_events):
             metrics["canary-clip-count"] = sum(e["clipped"] for e in all_events) - sum(e["clipped"] for e in events)
         metrics["sigma-abs"] = sigma_abs
-        metrics["clip-count"] = sum(e["clipped"] for e in events)
+        clip_count = sum(e["clipped"] for e in events)
+        metrics["clip-count"] = clip_count
         metrics["clip-total"] = len(events)
-        metrics["clip-fraction"] = metrics["clip-count"] / max(len(events), 1)
+        metrics["clip-fraction"] = clip_count / max(len(events), 1)
         metrics["update-norm-mean"] = float(np.mean([e["norm"] for e in events])) if events else 0.0
         return from_numpy(noised), metrics
 

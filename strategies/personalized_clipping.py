@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
+from typing import cast
 
 import numpy as np
 from flwr.app import ArrayRecord, Message, MetricRecord
@@ -37,7 +38,7 @@ from privacy.faults import WRONG_COHORT_FACTOR, noise_divisor
 from privacy.mechanisms import clip_by_l2, gaussian_noise_like, global_l2_norm
 from privacy.personalized import personalized_sigmas
 from strategies.canaries import WeightedCanaries, mix_into_weighted_mean, real_weight
-from strategies.records import from_numpy, to_numpy
+from strategies.records import array_record, from_numpy, number, to_numpy
 from strategies.wrapper import ClippingWrapper
 
 ONE_CLIENT = 0  # the client whose personalized noise the pdp-one-client-noise-div-10 bug shrinks
@@ -74,7 +75,7 @@ class PersonalizedServerSideClipping(ClippingWrapper):
         missing = [c for c in client_ids if c not in self.risks]
         if missing:
             raise KeyError(f"no ARIREC for client(s) {missing}")
-        extra = [] if self.canaries is None else list(self.canaries.risks)
+        extra = [] if self.canaries is None else list(cast(np.ndarray, self.canaries.risks))  # not None: __init__
         members = [self.risks[c] for c in client_ids] + extra
         factor = WRONG_COHORT_FACTOR if self.fault == "wrong-cohort" else 1  # the bug: a cohort 10x too large
         s = personalized_sigmas(members * factor, self.noise_multiplier, self.clipping_norm)[:len(members)]
@@ -111,7 +112,7 @@ class PersonalizedServerSideClipping(ClippingWrapper):
         norms = {}
         for cid in ids:
             r = checked.reply_of[cid]
-            w = to_numpy(r.content["arrays"])
+            w = to_numpy(array_record(r.content["arrays"]))
             delta = [w[k].astype(np.float64) - cur[k] for k in cur]
             noised, norms[cid] = self.privatize(delta, sigmas[cid], cid)
             r.content["arrays"] = from_numpy(OrderedDict(
@@ -132,8 +133,8 @@ class PersonalizedServerSideClipping(ClippingWrapper):
             self.canaries.record_noised(server_round, j, noisy[j])  # what the trusted server holds of it
         agg = mix_into_weighted_mean(to_numpy(arrays), cur, w_real, noisy, self.canaries.weights)
         total = w_real + float(self.canaries.weights.sum())
-        p_real = np.array([float(checked.reply_of[c].content["metrics"][getattr(
-            self.strategy, "weighted_by_key", "num-examples")]) for c in ids]) / total
+        p_real = np.array([float(number(checked.reply_of[c].content["metrics"][getattr(
+            self.strategy, "weighted_by_key", "num-examples")])) for c in ids]) / total
         sigma_rel = float(np.sqrt(np.sum(p_real ** 2 * np.array([sigmas[c] for c in ids]) ** 2)
                                   + np.sum((self.canaries.weights / total) ** 2 * canary_sigmas ** 2)))
         info.update(canaries=self.canaries.num_inserted, sigma_release=sigma_rel,

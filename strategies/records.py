@@ -12,11 +12,30 @@ chain: only the token after the last client), and a MetricRecord ``metrics`` wit
 from __future__ import annotations
 
 from collections import OrderedDict
+from typing import cast
 
 import numpy as np
 from flwr.app import Array, ArrayRecord, Message
 
 CLIENT_PREFIX = "client."
+
+
+# Flower types a record's value as the union of every value type a record may hold, and a RecordDict's
+# item as any record. These name what the code reads (runtime: the value itself, unchecked; the checks
+# are strategies.cohorts and strategies.reply_rules).
+def number(value: object) -> int | float:
+    """A record value read as a number (typing only)."""
+    return cast("int | float", value)
+
+
+def int_list(value: object) -> list[int]:
+    """A record value read as a list of ints (typing only)."""
+    return cast("list[int]", value)
+
+
+def array_record(value: object) -> ArrayRecord:
+    """A RecordDict item read as an ArrayRecord (typing only)."""
+    return cast(ArrayRecord, value)
 
 
 def client_key(client_id: int) -> str:

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from flwr.app import ArrayRecord, Message
 
-from strategies.records import CLIENT_PREFIX
+from strategies.records import CLIENT_PREFIX, number
 
 #: The largest ``num-examples`` accepted when the study gives no tighter bound (2^31 - 1).
 MAX_EXAMPLES_DEFAULT = 2**31 - 1
@@ -245,7 +245,7 @@ def reply_problem(sent: Message, reply: Message, planned: tuple[int, ...], array
                 return problem
         if rules.committed_examples is not None and "num-examples" in mrec:
             want_n = sum(int(rules.committed_examples.get(c, -1)) for c in planned)
-            if int(mrec["num-examples"]) != want_n:
+            if int(number(mrec["num-examples"])) != want_n:
                 return f"num-examples = {mrec['num-examples']}, the clients committed {want_n}"
     if rules.content_check is not None:
         return rules.content_check(reply, planned)

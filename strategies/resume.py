@@ -71,11 +71,12 @@ def restore_strategy_state(strategy: Strategy, state: dict[str, Any]) -> None:
             if not hasattr(strategy, name):
                 raise ValueError(f"the checkpoint holds {name!r}, which {type(strategy).__name__} does not have")
             setattr(strategy, name, {k: v.numpy().copy() for k, v in state[name].items()})
+    target: Any = strategy  # client_metrics and contributors belong to some strategies, not to Strategy
     if "client_metrics" in state:
-        strategy.client_metrics = {int(r): {int(c): m for c, m in per.items()}
-                                   for r, per in json.loads(state["client_metrics"]).items()}
+        target.client_metrics = {int(r): {int(c): m for c, m in per.items()}
+                                 for r, per in json.loads(state["client_metrics"]).items()}
     if "contributors" in state:
-        strategy.contributors = {int(r): list(c) for r, c in json.loads(state["contributors"]).items()}
+        target.contributors = {int(r): list(c) for r, c in json.loads(state["contributors"]).items()}
 
 
 class _FromRound(Strategy):

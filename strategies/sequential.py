@@ -16,7 +16,7 @@ from flwr.serverapp import Grid
 
 from strategies.base import LogicalClientStrategy
 from strategies.cohorts import check_replies
-from strategies.records import client_arrays
+from strategies.records import client_arrays, int_list, number
 from strategies.reply_rules import DEFAULT_RULES, ReplyRules
 from strategies.transport import send_and_receive
 
@@ -48,7 +48,7 @@ class RelayGrid:
                 msg.content["arrays"] = token
             checked = check_replies([msg], send_and_receive(self._grid, [msg], timeout=timeout), "last",
                                      self.rules)
-            clients = list(msg.content["config"]["client-ids"])
+            clients = list(int_list(msg.content["config"]["client-ids"]))
             if checked.valid:
                 token = next(iter(client_arrays(checked.valid[0]).values()))
                 replies.append(checked.valid[0])
@@ -82,8 +82,8 @@ class SequentialDFL(LogicalClientStrategy):
         loss_sum, n_ex = 0.0, 0
         for reply in ok:
             m = reply.content["metrics"]
-            loss_sum += float(m["train-loss"]) * int(m["num-examples"])
-            n_ex += int(m["num-examples"])
+            loss_sum += float(number(m["train-loss"])) * int(number(m["num-examples"]))
+            n_ex += int(number(m["num-examples"]))
         if not ok:
             log.warning("round %d: every hop failed; the model is unchanged", server_round)
             return None, MetricRecord({"num-contributors": 0, "num-failed": len(self.client_ids)})

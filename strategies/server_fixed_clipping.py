@@ -43,7 +43,7 @@ from privacy.audit.client_level import float_keys
 from privacy.faults import WRONG_COHORT_FACTOR, noise_divisor
 from privacy.mechanisms import gaussian_noise_like, global_l2_norm
 from strategies.canaries import mix_into_weighted_mean, real_weight
-from strategies.records import from_numpy, to_numpy
+from strategies.records import array_record, from_numpy, to_numpy
 from strategies.wrapper import ClippingWrapper
 
 
@@ -62,7 +62,7 @@ def clip_model_update(params: list[np.ndarray], current: list[np.ndarray], clipp
 def clip_reply_update(reply: Message, current: OrderedDict[str, np.ndarray], clipping_norm: float,
                       key: str = "arrays", clip: bool = True) -> float:
     """Clip ``reply``'s update w_i - w to ``clipping_norm`` in place (Flower's math); returns its norm."""
-    w = to_numpy(reply.content[key])
+    w = to_numpy(array_record(reply.content[key]))
     params = [w[k] for k in current]
     norm = clip_model_update(params, list(current.values()), clipping_norm, clip)
     reply.content[key] = from_numpy(OrderedDict(zip(current, params)))

@@ -218,7 +218,7 @@ def run_attack(name: str, view: AdversaryView, config: InversionConfig | None = 
     config = config or InversionConfig()
     device = torch.device(config.device)
     model = build_model(view.model_factory, view.state_dict, device)
-    params = [p for _, p in trainable_parameters(model)]
+    params: list[Tensor] = [p for _, p in trainable_parameters(model)]
     observed = [g.to(device=device, dtype=p.dtype) for g, p in zip(view.gradient, params)]
     ctx = AttackContext(view, config, model, params, observed, device)
     ctx.pixel_box()  # fail early on pixel_bounds that do not fit input_shape

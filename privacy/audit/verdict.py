@@ -78,7 +78,7 @@ def reported_sigma_test(reported: Sequence[float], configured: Sequence[float], 
                  ratio=float(ratio[worst]), rtol=rtol, above=int(np.sum(ratio > 1 + rtol)))
 
 
-def noise_test(projections: np.ndarray, expected_sd: Sequence[float], alpha: float) -> dict:
+def noise_test(projections: np.ndarray, expected_sd: Sequence[float] | np.ndarray, alpha: float) -> dict:
     """Is the noise along held-out canary directions significantly smaller than configured?
 
     ``projections`` (releases, K_out): each release's change projected on each held-out canary's
