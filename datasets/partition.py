@@ -1,4 +1,9 @@
-"""Client partitioners (registry): IID and Dirichlet label skew."""
+"""Client partitioners (registry): IID and Dirichlet label skew.
+
+Data the partition cannot serve (more clients than samples, a skew that leaves a client empty) is a
+:class:`datasets.base.DataError`: a run stops with that one line, before any work (flower_apps.router).
+Arguments out of range (num_clients < 1, alpha <= 0) stay ValueError: the run keys refuse them first.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +11,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from datasets.base import DataError
 from registry import Registry
 
 Partitioner = Callable[..., list[np.ndarray]]
@@ -17,7 +23,7 @@ def _check(labels: np.ndarray, num_clients: int) -> None:
     if num_clients < 1:
         raise ValueError(f"num_clients must be >= 1, got {num_clients}")
     if num_clients > len(labels):
-        raise ValueError(f"num_clients ({num_clients}) is larger than the number of samples ({len(labels)})")
+        raise DataError(f"num_clients ({num_clients}) is larger than the number of samples ({len(labels)})")
 
 
 @register_partitioner("iid")
@@ -47,7 +53,7 @@ def dirichlet_partition(
     if not alpha > 0:
         raise ValueError(f"alpha must be > 0, got {alpha}")
     if num_clients * min_size > len(labels):
-        raise ValueError(f"cannot give {num_clients} clients >= {min_size} samples each from {len(labels)}")
+        raise DataError(f"cannot give {num_clients} clients >= {min_size} samples each from {len(labels)}")
     labels = np.asarray(labels)
     classes = np.unique(labels)
     conc = alpha * (np.ones(num_clients) if prior is None else np.asarray(prior, dtype=float))
@@ -62,7 +68,7 @@ def dirichlet_partition(
         parts = [np.sort(np.concatenate(b)).astype(np.int64) for b in buckets]
         if min(len(p) for p in parts) >= min_size:
             return parts
-    raise RuntimeError(
+    raise DataError(
         f"Dirichlet(alpha={alpha}) left a client with < {min_size} samples in {max_attempts} draws; "
         "use fewer clients, more data or a larger alpha"
     )

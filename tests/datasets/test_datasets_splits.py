@@ -74,3 +74,22 @@ def test_partition_errors():
     with pytest.raises(ValueError, match="unknown partitioner"):
         partition("shards", y, 2, 0)
     assert {"iid", "dirichlet"} <= set(PARTITIONERS)
+
+
+def test_data_a_partition_cannot_serve_is_a_one_line_refusal():
+    """More clients than samples, or a skew that leaves a client empty: DataError, which the router logs as
+    one line before any work (not a traceback), as it does for a missing file."""
+    import logging
+
+    from datasets.base import DataError
+    from datasets.partition import partition
+    from flower_apps.router import OneLineRefusals
+
+    labels = np.array([0, 0, 1, 1, 2])
+    for call in (lambda: partition("iid", labels, 6, 0),
+                 lambda: partition("dirichlet", labels, 5, 0, alpha=0.01, min_size=1, max_attempts=3)):
+        with pytest.raises(DataError) as info:
+            call()
+        record = logging.LogRecord("flwr", logging.ERROR, __file__, 1, "ServerApp failed", None,
+                                   (DataError, info.value, None))
+        assert OneLineRefusals().filter(record) and record.exc_info is None and str(info.value) in record.getMessage()
