@@ -39,10 +39,13 @@ fast paths against stock Opacus (same step under the same seeded noise, same per
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 from opacus.grad_sample.functorch import ft_compute_per_sample_gradient
 from opacus.grad_sample.grad_sample_module import promote_current_grad_sample
 from opacus.grad_sample.grad_sample_module_fast_gradient_clipping import create_norm_sample
+from opacus.optimizers import DPOptimizer
 from opacus.optimizers.optimizer import _check_processed_flag, _mark_as_processed
 from torch import nn
 
@@ -76,15 +79,15 @@ def mark_as_processed(summed_grad: torch.Tensor) -> None:
     _mark_as_processed(summed_grad)
 
 
-def step_skip_pending(optimizer: torch.optim.Optimizer) -> bool:
+def step_skip_pending(optimizer: DPOptimizer) -> bool:
     """Whether the DP optimizer holds skip signals (``_step_skip_queue`` not empty: virtual steps)."""
-    return bool(optimizer._step_skip_queue)  # type: ignore[attr-defined]
+    return bool(optimizer._step_skip_queue)
 
 
-def effective_noise_multiplier(optimizer: torch.optim.Optimizer) -> float:
+def effective_noise_multiplier(optimizer: DPOptimizer) -> float:
     """The noise multiplier Opacus' ``add_noise`` draws with: ``_adjusted_noise_multiplier`` if set, else
     ``noise_multiplier``."""
-    return getattr(optimizer, "_adjusted_noise_multiplier", optimizer.noise_multiplier)  # type: ignore[attr-defined]
+    return cast(float, getattr(optimizer, "_adjusted_noise_multiplier", optimizer.noise_multiplier))
 
 
 # -- the backward hook's slots on parameters and modules ------------------------------------------------------
@@ -112,11 +115,11 @@ def store_grad_sample(*, param: torch.Tensor, grad_sample: torch.Tensor, max_bat
         n = grad_sample.shape[0]
         param._current_grad_sample = torch.cat([cur[:n] + grad_sample, cur[n:]]) if n < len(cur) else cur + grad_sample
     elif grad_sample.shape[0] == max_batch_len:
-        param._current_grad_sample = grad_sample
+        param._current_grad_sample = grad_sample  # type: ignore[attr-defined]
     else:
         buf = grad_sample.new_zeros(torch.Size([max_batch_len]) + grad_sample.shape[1:])
         buf[: grad_sample.shape[0]] = grad_sample
-        param._current_grad_sample = buf
+        param._current_grad_sample = buf  # type: ignore[attr-defined]
 
 
 def parameter_backward_done(param: torch.Tensor) -> bool:
