@@ -165,9 +165,9 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     overrides: dict[str, Any] = {}
     if args.run_config:
-        from flwr.common.config import parse_config_args
+        from strategies.flwr_adapter import parse_run_config
 
-        overrides = dict(parse_config_args([args.run_config]))
+        overrides = dict(parse_run_config([args.run_config]))
     try:
         rec = export(args.study, args.nodes, args.seed, args.out, args.preset, overrides)
     except (ValueError, OSError) as exc:  # ConfigError and DataError are ValueErrors naming the problem

@@ -24,9 +24,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from flwr.common.config import parse_config_args
-
 from deploy.flwr_cli import executable
+from strategies.flwr_adapter import parse_run_config
 
 EXIT_REFUSED = 2
 EXIT_RUN_FAILED = 1
@@ -38,7 +37,7 @@ def check_run_config(run_config: list[str]) -> dict:
     from flower_apps.config import RUN_CONFIG_DEFAULTS
     from flower_apps.router import prepare
 
-    overrides = parse_config_args(run_config) if run_config else {}
+    overrides = parse_run_config(run_config) if run_config else {}
     prepare({**RUN_CONFIG_DEFAULTS, **overrides})
     return overrides
 

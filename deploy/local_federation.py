@@ -255,9 +255,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"SuperLink https://127.0.0.1:{fed.port}, {args.supernodes} SuperNodes online; logs in {workdir}")
         print(f"  FLWR_HOME={fed.cli_home} flwr run {args.app} {CONNECTION} --stream")
         if args.run:
-            from flwr.common.config import parse_config_args
+            from strategies.flwr_adapter import parse_run_config
 
-            run_id = fed.run(parse_config_args([args.run]))
+            run_id = fed.run(parse_run_config([args.run]))
             print(f"run {run_id} started; waiting")
             info = fed.wait(run_id, args.timeout)
             print(flwr_cli.run_log(run_id, CONNECTION, fed.cli_home))

@@ -239,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
                     time.sleep(1)
             except KeyboardInterrupt:
                 return 0
-        from flwr.common.config import parse_config_args
+        from strategies.flwr_adapter import parse_run_config as parse_config_args
 
         procs = ProcessSet()
         try:

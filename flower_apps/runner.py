@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import time
 from collections.abc import Callable
@@ -96,18 +95,3 @@ def run_many_timed(configs: list[Any], server_main: Callable[[Grid, Any], dict],
 
     run_many_in_process(configs, server_main, num_supernodes=num_supernodes, on_done=done)
     return walls
-
-
-@contextlib.contextmanager
-def task_identity():
-    """Flower's Message needs a task identity, which a simulation or SuperNode sets; outside one (a ClientApp
-    handler or a ServerApp on a replay grid called in-process), a dummy one for the duration (restored)."""
-    from flwr.supercore.task_identity import TaskIdentity
-
-    old = (TaskIdentity._task_id, TaskIdentity._run_id, TaskIdentity._node_id)
-    if None in old:
-        TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, 1, 0
-    try:
-        yield
-    finally:
-        TaskIdentity._task_id, TaskIdentity._run_id, TaskIdentity._node_id = old

@@ -12,4 +12,6 @@
   ``server_fixed_clipping``, ``personalized_clipping``, ``drift_guard``, ``observer``; their bases
   in ``wrapper``; ``canaries`` (audit canary clients inside the trusted aggregation, issue 13).
   Other algorithms: ``fedadam_buffers``.
+- ``flwr_adapter``: every non-public piece of Flower the project uses (the FedAvg mean, the FedOpt mean
+  hook, DP clip / sigma, logger name, run-config parsing, task identity), gated on flwr 1.42.0.
 """

@@ -18,8 +18,8 @@ from collections.abc import Iterable
 
 import numpy as np
 from flwr.app import Array, ArrayRecord, Message, MetricRecord, RecordDict
-from flwr.serverapp.strategy.fedopt import FedOpt
-from flwr.serverapp.strategy.strategy_utils import aggregate_arrayrecords
+
+from strategies.flwr_adapter import FedOptMeanHook, is_fedopt, weighted_mean_arrays
 
 
 def consensus_arrays(records: Iterable[RecordDict]) -> dict[str, np.ndarray]:
@@ -45,15 +45,15 @@ def with_consensus(arrays: ArrayRecord, consensus: dict[str, np.ndarray]) -> Arr
 
 def exact_weighted_mean(records: list[RecordDict], weighting_metric_name: str) -> ArrayRecord:
     """Flower's weighted mean (``aggregate_arrayrecords``) with the arrays all ``records`` share kept exactly."""
-    return with_consensus(aggregate_arrayrecords(records, weighting_metric_name), consensus_arrays(records))
+    return with_consensus(weighted_mean_arrays(records, weighting_metric_name), consensus_arrays(records))
 
 
-class ExactConsensusMean:
+class ExactConsensusMean(FedOptMeanHook):
     """Mixin before a Flower FedAvg-family strategy: arrays identical in every valid reply aggregate to themselves.
 
     For FedAvg / FedProx the mean is replaced after Flower computed it; for FedOpt strategies (FedAdam,
-    FedAdagrad, FedYogi) inside the step, before the pseudo-gradient is formed (:meth:`_compute_deltat_and_mt`),
-    so the adaptive step sees exactly zero where no client moved.
+    FedAdagrad, FedYogi) inside the step, before the pseudo-gradient is formed (:meth:`adjust_fedopt_mean`,
+    strategies.flwr_adapter.FedOptMeanHook), so the adaptive step sees exactly zero where no client moved.
     """
 
     _consensus: dict[str, np.ndarray] = {}
@@ -66,9 +66,9 @@ class ExactConsensusMean:
             arrays, metrics = super().aggregate_train(server_round, replies)  # type: ignore[misc]
         finally:
             consensus, self._consensus = self._consensus, {}
-        if arrays is not None and not isinstance(self, FedOpt):
+        if arrays is not None and not is_fedopt(self):
             arrays = with_consensus(arrays, consensus)
         return arrays, metrics
 
-    def _compute_deltat_and_mt(self, aggregated_arrayrecord: ArrayRecord):
-        return super()._compute_deltat_and_mt(with_consensus(aggregated_arrayrecord, self._consensus))  # type: ignore[misc]
+    def adjust_fedopt_mean(self, aggregated: ArrayRecord) -> ArrayRecord:
+        return with_consensus(aggregated, self._consensus)

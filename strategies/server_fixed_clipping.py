@@ -4,7 +4,7 @@ Flower 1.42's ``DifferentialPrivacyServerSideFixedClipping`` (flwr/serverapp/str
 dp_fixed_clipping.py) clips every reply's update w_i - w to norm C, lets the wrapped strategy
 aggregate, then adds N(0, sigma^2 I) with sigma = noise_multiplier * C / num_sampled_clients.
 This wrapper runs the same steps with Flower's own clipping and sigma functions
-(``flwr.supercore.differential_privacy``), and differs where Flower's class is unsafe:
+(``flwr.supercore.differential_privacy``, through strategies.flwr_adapter), and differs where Flower's class is unsafe:
 
 * noise from an explicit ``np.random.Generator`` (privacy.randomness: OS entropy by default,
   so no client can reproduce it), not NumPy's global ``np.random.normal``;
@@ -37,12 +37,12 @@ from collections.abc import Iterable
 
 import numpy as np
 from flwr.app import ArrayRecord, Message, MetricRecord
-from flwr.supercore.differential_privacy import compute_clip_model_update, compute_stdv
 
 from privacy.audit.client_level import float_keys
 from privacy.faults import WRONG_COHORT_FACTOR, noise_divisor
 from privacy.mechanisms import gaussian_noise_like, global_l2_norm
 from strategies.canaries import mix_into_weighted_mean, real_weight
+from strategies.flwr_adapter import flower_clip_model_update, flower_stdv
 from strategies.records import array_record, from_numpy, to_numpy
 from strategies.wrapper import ClippingWrapper
 
@@ -55,7 +55,7 @@ def clip_model_update(params: list[np.ndarray], current: list[np.ndarray], clipp
     """
     norm = global_l2_norm([p.astype(np.float64) - c for p, c in zip(params, current)])
     if clip and norm > 0:  # a zero update needs no clipping (and Flower's division would fail)
-        compute_clip_model_update(params, current, clipping_norm)
+        flower_clip_model_update(params, current, clipping_norm)
     return norm
 
 
@@ -107,7 +107,7 @@ class ServerSideFixedClipping(ClippingWrapper):
             agg = mix_into_weighted_mean(agg, current, w_real, self.clipped_canary_updates(), self.canaries.weights)
             k_in = self.canaries.num_inserted
         cohort = (m + k_in) * (WRONG_COHORT_FACTOR if self.fault == "wrong-cohort" else 1)
-        sigma = compute_stdv(self.noise_multiplier, self.clipping_norm, cohort)
+        sigma = flower_stdv(self.noise_multiplier, self.clipping_norm, cohort)
         noise = gaussian_noise_like(list(agg.values()), sigma / noise_divisor(self.fault), self.rng)
         info["sigma"] = sigma  # what the mechanism reports (and the ledger uses)
         if self.canaries is not None:

@@ -10,7 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 from flwr.app import Error, Message
-from flwr.supercore.task_identity import TaskIdentity
+
+from strategies.flwr_adapter import task_identity
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
@@ -18,10 +19,8 @@ SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 @pytest.fixture(autouse=True)
 def _task_identity():
     """Flower's Message needs a task identity; the simulation sets it, unit tests set a dummy one."""
-    old = (TaskIdentity._task_id, TaskIdentity._run_id, TaskIdentity._node_id)
-    TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, 1, 0
-    yield
-    TaskIdentity._task_id, TaskIdentity._run_id, TaskIdentity._node_id = old
+    with task_identity(replace=True):
+        yield
 
 
 class FakeGrid:

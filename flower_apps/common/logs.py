@@ -15,13 +15,13 @@ import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from flwr.common.logger import LOGGER_NAME
+from strategies.flwr_adapter import flower_logger_name
 
 
 @contextmanager
 def flower_logs_once() -> Iterator[None]:
     """Within the block, Flower's records reach only Flower's console handler (and its own file/HTTP ones)."""
-    logger = logging.getLogger(LOGGER_NAME)
+    logger = logging.getLogger(flower_logger_name())
     before = logger.propagate
     logger.propagate = False
     try:

@@ -100,7 +100,8 @@ def audit_replays(seed: int, faults: list[str], preset: str = "smoke", framework
     from flower_apps.common.replay import RecordingGrid, ReplayGrid
     from flower_apps.dfl_dp.server_app import run_dir, server_main
     from flower_apps.router import prepare
-    from flower_apps.runner import run_many_timed, task_identity
+    from flower_apps.runner import run_many_timed
+    from strategies.flwr_adapter import task_identity
 
     with tempfile.TemporaryDirectory(prefix="dfl-dp-audit-replay-") as tmp:
         root = Path(tmp)

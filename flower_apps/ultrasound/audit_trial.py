@@ -10,8 +10,8 @@ import time
 
 from flwr.app import ConfigRecord
 
-from flower_apps.runner import task_identity
 from flower_apps.ultrasound.gradient_audit import DEFAULT_GRADIENT_CANARIES, run_gradient_audit
+from strategies.flwr_adapter import task_identity
 
 
 def client_rounds(cfg, view=None, client: int = 0):

@@ -223,8 +223,8 @@ def train_local(
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     seconds = time.perf_counter() - t0
-    if pt is not None and hasattr(pt.model, "_close"):
-        pt.model._close()  # remove Opacus hooks so the module can be reused
+    if pt is not None:
+        pt.model.cleanup()  # remove Opacus hooks so the module can be reused (public; Opacus' _close calls it)
     return TrainStats(total / max(seen, 1), seen, steps, seconds, pt.sample_rate if pt is not None else None,
                       trunk_cached=feats is not None)
 

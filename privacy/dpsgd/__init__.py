@@ -1,6 +1,8 @@
 """Client-side DP-SGD with Opacus, one module per job.
 
 * :mod:`~privacy.dpsgd.compat` -- making timm models Opacus-compatible (each change reported).
+* :mod:`~privacy.dpsgd.opacus_adapter`, :mod:`~privacy.dpsgd.timm_adapter` -- every Opacus / timm internal
+  this package relies on, version-gated (registry.third_party), with what each is for.
 * :mod:`~privacy.dpsgd.samplers` -- fast per-sample gradient / norm samplers (depthwise and 1x1
   convs, timm ``GroupNormAct``, the ViT token leaf), as plain functions and read-only tables.
 * :mod:`~privacy.dpsgd.grad_sample` -- GradSampleModule subclasses that use those samplers for the
@@ -26,7 +28,6 @@ from privacy.dpsgd.calibrate import ACCOUNTANTS, NoiseCalibration, noise_multipl
 from privacy.dpsgd.canaries import GradientCanaries, with_gradient_canaries
 from privacy.dpsgd.compat import (
     BN_MODES,
-    DpVisionTransformer,
     ModelChange,
     PrefixTokenPosEmbed,
     freeze_batchnorm,
@@ -53,7 +54,7 @@ from privacy.dpsgd.loop import LOOP_GRAD_SAMPLE_MODES, DpSgdResult, DpSgdStats, 
 from privacy.dpsgd.samplers import FAST_GRAD_SAMPLERS, FAST_NORM_SAMPLERS
 
 __all__ = [
-    "ACCOUNTANTS", "BN_MODES", "DpSgdEvent", "DpSgdLedger", "DpSgdResult", "DpSgdStats", "DpVisionTransformer",
+    "ACCOUNTANTS", "BN_MODES", "DpSgdEvent", "DpSgdLedger", "DpSgdResult", "DpSgdStats",
     "FAST_GRAD_SAMPLERS", "FAST_NORM_SAMPLERS", "FastGhostClippingModule", "FastGradSampleModule", "GRAD_SAMPLE_MODES",
     "GradientCanaries", "LOOP_GRAD_SAMPLE_MODES", "ModelChange", "NoiseCalibration", "PrefixTokenPosEmbed",
     "PrivateTraining", "dp_event", "freeze_batchnorm", "ghost_clipping_backward", "ghost_targets", "grad_sample_module",

@@ -12,7 +12,9 @@
 * In-place activations are switched off (same reason).
 * timm's ViT keeps ``cls_token`` / ``pos_embed`` on the model itself, so Opacus re-runs the whole
   network per sample (functorch) for them; they move into a leaf module (values kept) that
-  :mod:`privacy.dpsgd.samplers` has a sampler for.
+  :mod:`privacy.dpsgd.samplers` has a sampler for. The model stays timm's own object and class; it
+  calls the leaf through a forward hook (:mod:`privacy.dpsgd.timm_adapter`, the one place that relies
+  on how timm's ViT adds its tokens).
 * timm's ``RelPosBias`` (CoAtNet) has trainable tables next to buffers, which Opacus
   cannot compute per-sample gradients for: its tables are frozen (kept at their
   initial / pretrained values) and reported.
@@ -26,6 +28,8 @@ from dataclasses import asdict, dataclass
 import torch
 from timm.models.vision_transformer import VisionTransformer
 from torch import nn
+
+from privacy.dpsgd.timm_adapter import route_tokens_through
 
 
 @dataclass(frozen=True)
@@ -108,13 +112,6 @@ class PrefixTokenPosEmbed(nn.Module):
         return torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1) + self.pos_embed
 
 
-class DpVisionTransformer(VisionTransformer):
-    """timm's VisionTransformer whose class token and position embedding live in ``token_embed``."""
-
-    def _pos_embed(self, x: torch.Tensor) -> torch.Tensor:
-        return self.pos_drop(self.token_embed(x.view(x.shape[0], -1, x.shape[-1])))
-
-
 def _move_vit_tokens(model: nn.Module) -> list[ModelChange]:
     """Move a timm ViT's cls_token / pos_embed into a :class:`PrefixTokenPosEmbed` child (values kept)."""
     if type(model) is not VisionTransformer or model.cls_token is None or model.pos_embed is None:
@@ -124,8 +121,7 @@ def _move_vit_tokens(model: nn.Module) -> list[ModelChange]:
     cls_token, pos_embed = model.cls_token, model.pos_embed
     del model.cls_token, model.pos_embed
     model.cls_token = model.pos_embed = None
-    model.token_embed = PrefixTokenPosEmbed(cls_token, pos_embed)
-    model.__class__ = DpVisionTransformer  # same module, its _pos_embed reads token_embed
+    route_tokens_through(model, PrefixTokenPosEmbed(cls_token, pos_embed))  # same object, timm's class (a hook)
     return [ModelChange("cls_token, pos_embed", "parameters of the ViT itself", "token_embed (PrefixTokenPosEmbed)",
                         "Opacus would recompute the whole network per sample for parameters of the root module")]
 

@@ -20,6 +20,14 @@ from torch import nn
 
 from privacy.dpsgd.canaries import GradientCanaries, with_gradient_canaries
 from privacy.dpsgd.grad_sample import grad_sample_module
+from privacy.dpsgd.opacus_adapter import (
+    check_processed_flag,
+    effective_noise_multiplier,
+    mark_as_processed,
+    require_opacus,
+    step_skip_pending,
+    wrapped_module,
+)
 from privacy.randomness import STREAM_DPSGD, NoiseSource
 
 GRAD_SAMPLE_MODES = ("hooks", "functorch", "ew", "ghost")
@@ -34,13 +42,18 @@ class CopyFreeFastGradientClippingOptimizer(DPOptimizerFastGradientClipping):
     p.grad itself (unless a skipped step keeps it across backward passes), the noise is drawn into one
     reused buffer -- ``normal_`` on a contiguous tensor of the parameter's shape, the same generator
     stream as Opacus' ``torch.normal(0, std, size)`` -- and added in place (same rounding as
-    ``summed_grad + noise``). ``secure_mode`` noise is left to Opacus.
+    ``summed_grad + noise``). ``secure_mode`` noise is left to Opacus. The Opacus internals both methods
+    read go through :mod:`privacy.dpsgd.opacus_adapter`.
     """
 
     _noise_buffer: torch.Tensor | None = None
 
+    def __init__(self, *args, **kwargs) -> None:
+        require_opacus("CopyFreeFastGradientClippingOptimizer")
+        super().__init__(*args, **kwargs)
+
     def accumulate(self) -> None:
-        if self._step_skip_queue:  # a skipped step keeps summed_grad across backward passes: Opacus' copy
+        if step_skip_pending(self):  # a skipped step keeps summed_grad across backward passes: Opacus' copy
             super().accumulate()
             return
         for p in self.params:
@@ -50,14 +63,12 @@ class CopyFreeFastGradientClippingOptimizer(DPOptimizerFastGradientClipping):
                 p.summed_grad = p.grad.data
 
     def add_noise(self) -> None:
-        from opacus.optimizers.optimizer import _check_processed_flag, _mark_as_processed
-
         if self.secure_mode:
             super().add_noise()
             return
-        std = getattr(self, "_adjusted_noise_multiplier", self.noise_multiplier) * self.max_grad_norm
+        std = effective_noise_multiplier(self) * self.max_grad_norm
         for p in self.params:
-            _check_processed_flag(p.summed_grad)
+            check_processed_flag(p.summed_grad)
             summed = p.summed_grad
             if std != 0:
                 buf = self._noise_buffer
@@ -68,7 +79,7 @@ class CopyFreeFastGradientClippingOptimizer(DPOptimizerFastGradientClipping):
                 noise = buf[: summed.numel()].view(summed.shape).normal_(0, std, generator=self.generator)
                 summed = summed.add_(noise) if summed.is_contiguous() else summed + noise
             p.grad = summed.view_as(p)
-            _mark_as_processed(p.summed_grad)
+            mark_as_processed(p.summed_grad)
 
 
 @dataclass
@@ -139,6 +150,7 @@ def make_private(model: nn.Module, optimizer: torch.optim.Optimizer, num_samples
         raise ValueError(f"grad_sample_mode must be one of {GRAD_SAMPLE_MODES}, got {grad_sample_mode!r}")
     if num_samples < 1:
         raise ValueError(f"num_samples must be >= 1, got {num_samples}")
+    require_opacus("make_private")
     model_params = set(model.parameters())
     if any(p not in model_params for group in optimizer.param_groups for p in group["params"]):
         raise ValueError("the optimizer holds parameters that are not the model's")
@@ -237,7 +249,7 @@ def ghost_clipping_backward(model: nn.Module, loss_per_sample: torch.Tensor,
         coeff = model.get_clipping_coef().to(loss_per_sample.device)
     except BaseException:
         if book:
-            model._book = None  # nothing half-kept survives into a later step
+            model.abort_book_keeping()  # nothing half-kept survives into a later step
         raise
     if book:
         model.add_clipped_grads(coeff)
@@ -251,4 +263,4 @@ def ghost_clipping_backward(model: nn.Module, loss_per_sample: torch.Tensor,
 
 def unwrap(model: nn.Module) -> nn.Module:
     """The user's module inside an Opacus wrapper (state-dict keys without '_module.')."""
-    return getattr(model, "_module", model)
+    return wrapped_module(model)

@@ -7,9 +7,11 @@ shadow them with a :class:`~collections.ChainMap` -- our samplers first, then Op
 layers), while ``GradSampleModule`` itself and every other wrapped model keep Opacus' own.
 
 Their ``capture_backprops_hook`` is Opacus 1.6's with one change: per-sample gradients are stored
-by :func:`store_grad_sample`, which skips Opacus' zero-filled copy of every per-sample gradient when
-the batch is full. That method reads Opacus internals (``_current_grad_sample``, ``_forward_counter``,
-``max_batch_len``); tests/privacy/test_privacy_dpsgd_scoping.py pins the Opacus sources it mirrors.
+by :func:`~privacy.dpsgd.opacus_adapter.store_grad_sample`, which skips Opacus' zero-filled copy of every
+per-sample gradient when the batch is full. The Opacus internals that hook reads and writes
+(``_current_grad_sample``, ``_forward_counter``, ``_norm_sample``, ``max_batch_len``, ``_module``) are
+reached through :mod:`privacy.dpsgd.opacus_adapter` (version-gated); tests/privacy/test_privacy_dpsgd_scoping.py
+pins the Opacus sources it mirrors.
 """
 
 from __future__ import annotations
@@ -18,51 +20,36 @@ from collections import ChainMap
 
 import torch
 from opacus.grad_sample import GradSampleModule, GradSampleModuleFastGradientClipping, prepare_module
-from opacus.grad_sample.functorch import ft_compute_per_sample_gradient
-from opacus.grad_sample.grad_sample_module import promote_current_grad_sample
-from opacus.grad_sample.grad_sample_module_fast_gradient_clipping import create_norm_sample
 from opacus.grad_sample.gsm_base import AbstractGradSampleModule
 from opacus.utils.module_utils import trainable_modules, trainable_parameters
 from torch import nn
 
 from privacy.dpsgd.book_keeping import BOOK_SAMPLERS, ClippedSum, contract_grad_samples
+from privacy.dpsgd.opacus_adapter import (
+    create_norm_sample,
+    finish_module_backward,
+    ft_compute_per_sample_gradient,
+    max_batch_len,
+    parameter_backward_done,
+    promote_current_grad_sample,
+    record_norm_sample,
+    require_opacus,
+    store_grad_sample,
+    wrapped_module,
+)
 from privacy.dpsgd.samplers import FAST_GRAD_SAMPLERS, FAST_NORM_SAMPLERS
 
-
-def store_grad_sample(*, param: torch.Tensor, grad_sample: torch.Tensor, max_batch_len: int) -> None:
-    """Opacus' ``create_or_accumulate_grad_sample`` without its zero-filled copy for a full batch.
-
-    Opacus allocates a zeroed (max_batch_len, *shape) buffer per parameter and copies the
-    per-sample gradients into it on every step; when the batch is full the gradients can be
-    kept as they are (a parameter used twice in one forward accumulates out of place).
-
-    Parameters
-    ----------
-    param : torch.Tensor
-        The parameter; the result goes to its ``_current_grad_sample`` (Opacus' slot).
-    grad_sample : torch.Tensor
-        Per-sample gradients, shape (batch, *param.shape); batch <= max_batch_len.
-    max_batch_len : int
-        The batch size the stored tensor must have (shorter ones are zero-padded).
-    """
-    if not param.requires_grad:
-        return
-    if hasattr(param, "_current_grad_sample"):
-        cur = param._current_grad_sample
-        n = grad_sample.shape[0]
-        param._current_grad_sample = torch.cat([cur[:n] + grad_sample, cur[n:]]) if n < len(cur) else cur + grad_sample
-    elif grad_sample.shape[0] == max_batch_len:
-        param._current_grad_sample = grad_sample
-    else:
-        buf = grad_sample.new_zeros(torch.Size([max_batch_len]) + grad_sample.shape[1:])
-        buf[: grad_sample.shape[0]] = grad_sample
-        param._current_grad_sample = buf
+__all__ = ["FastGhostClippingModule", "FastGradSampleModule", "grad_sample_module", "store_grad_sample"]
 
 
 class FastGradSampleModule(GradSampleModule):
     """Opacus' ``GradSampleModule`` (modes "hooks" and "functorch") with the fast samplers for this model."""
 
     GRAD_SAMPLERS = ChainMap(FAST_GRAD_SAMPLERS, GradSampleModule.GRAD_SAMPLERS)
+
+    def __init__(self, *args, **kwargs) -> None:
+        require_opacus("FastGradSampleModule")
+        super().__init__(*args, **kwargs)
 
     def capture_backprops_hook(self, module: nn.Module, _forward_input: torch.Tensor, forward_output: torch.Tensor,
                                loss_reduction: str, batch_first: bool) -> None:
@@ -77,18 +64,16 @@ class FastGradSampleModule(GradSampleModule):
         else:
             grad_sampler_fn = ft_compute_per_sample_gradient
         for param, gs in grad_sampler_fn(module, activations, backprops).items():
-            store_grad_sample(param=param, grad_sample=gs, max_batch_len=module.max_batch_len)
+            store_grad_sample(param=param, grad_sample=gs, max_batch_len=max_batch_len(module))
         # end of this module's backward for the batch: sum -> stack (RNNs, tied weights; Opacus #417)
         for _, p in trainable_parameters(module):
-            p._forward_counter -= 1
-            if p._forward_counter == 0:
+            if parameter_backward_done(p):
                 promote_current_grad_sample(p)
             if not self.grad_accumulation_allowed and isinstance(p.grad_sample, list) and len(p.grad_sample) > 1:
                 raise ValueError("Poisson sampling is not compatible with grad accumulation. You need to call "
                                  "optimizer.step() after every forward/backward pass or consider using "
                                  "BatchMemoryManager")
-        if len(module.activations) == 0 and hasattr(module, "max_batch_len"):
-            del module.max_batch_len
+        finish_module_backward(module)
 
 
 class FastGhostClippingModule(GradSampleModuleFastGradientClipping):
@@ -105,17 +90,25 @@ class FastGhostClippingModule(GradSampleModuleFastGradientClipping):
 
     _book: list[ClippedSum] | None = None
 
+    def __init__(self, *args, **kwargs) -> None:
+        require_opacus("FastGhostClippingModule")
+        super().__init__(*args, **kwargs)
+
     def book_keeping_supported(self) -> bool:
         """True when every trainable layer has a book sampler or materializes its per-sample gradients."""
         return self.use_ghost_clipping and all(
             type(m) in self.BOOK_SAMPLERS or type(m) not in self.NORM_SAMPLERS
-            for _, m in trainable_modules(self._module))
+            for _, m in trainable_modules(wrapped_module(self)))
 
     def start_book_keeping(self) -> None:
         """Keep each layer's clipped-sum function during the next backward pass (:mod:`~privacy.dpsgd.book_keeping`)."""
         if not self.book_keeping_supported():
             raise ValueError("book keeping needs a book sampler for every layer with a norm sampler")
         self._book = []
+
+    def abort_book_keeping(self) -> None:
+        """Drop what a failed backward pass kept, so nothing half-kept survives into a later step."""
+        self._book = None
 
     def add_clipped_grads(self, coef: torch.Tensor) -> None:
         """p.grad += sum_i coef_i grad_i L_i for every trainable parameter, from what the last backward pass kept."""
@@ -144,31 +137,27 @@ class FastGhostClippingModule(GradSampleModuleFastGradientClipping):
             norms, clipped_sum = self.BOOK_SAMPLERS[type(module)](module, activations, backprops)
             for param, ns in norms.items():
                 if param.requires_grad:
-                    param._norm_sample = ns
-                    param._forward_counter -= 1
+                    record_norm_sample(param, ns)
             book.append(clipped_sum)
         elif self.use_ghost_clipping and type(module) in self.NORM_SAMPLERS:
             for param, ns in self.NORM_SAMPLERS[type(module)](module, activations, backprops).items():
                 if param.requires_grad:
-                    param._norm_sample = ns
-                    param._forward_counter -= 1
+                    record_norm_sample(param, ns)
         else:
             if not self.force_functorch and type(module) in self.GRAD_SAMPLERS:
                 grad_sampler_fn = self.GRAD_SAMPLERS[type(module)]
             else:
                 grad_sampler_fn = ft_compute_per_sample_gradient
             for param, gs in grad_sampler_fn(module, activations, backprops).items():
-                store_grad_sample(param=param, grad_sample=gs, max_batch_len=module.max_batch_len)
+                store_grad_sample(param=param, grad_sample=gs, max_batch_len=max_batch_len(module))
             for _, p in trainable_parameters(module):
-                p._forward_counter -= 1
-                if p._forward_counter == 0:
+                if parameter_backward_done(p):
                     promote_current_grad_sample(p)
-                    create_norm_sample(param=p, grad_sample=p.grad_sample, max_batch_len=module.max_batch_len)
+                    create_norm_sample(param=p, grad_sample=p.grad_sample, max_batch_len=max_batch_len(module))
                     if book is not None:  # the per-sample gradients exist: the clipped sum contracts them
                         book.append(contract_grad_samples({p: p.grad_sample}))
                     p.grad_sample = None
-        if len(module.activations) == 0 and hasattr(module, "max_batch_len"):
-            del module.max_batch_len
+        finish_module_backward(module)
 
 
 def grad_sample_module(model: nn.Module, grad_sample_mode: str, *, max_grad_norm: float,
@@ -195,6 +184,7 @@ def grad_sample_module(model: nn.Module, grad_sample_mode: str, *, max_grad_norm
     kwargs: dict = {"batch_first": True, "loss_reduction": "mean"}
     if grad_sample_mode == "ghost":
         kwargs["max_grad_norm"] = max_grad_norm
+    require_opacus("grad_sample_module")
     if not fast_samplers or grad_sample_mode == "ew":
         return prepare_module(model, grad_sample_mode, **kwargs)
     if grad_sample_mode in ("hooks", "functorch"):

@@ -149,10 +149,17 @@ def test_stock_opacus_in_the_same_process_is_untouched_by_a_model_made_private_w
     assert out["changed"] == []
 
 
-# Opacus sources that privacy/dpsgd/grad_sample.py mirrors or relies on (its capture_backprops_hook overrides
-# copy Opacus 1.6's with one change, the store): (module, attribute) -> sha256 of the dedented source, 16 hex digits.
+# Opacus sources that privacy/dpsgd/grad_sample.py and engine.py mirror or rely on (the capture_backprops_hook
+# overrides copy Opacus 1.6's with one change, the store; the copy-free optimizer mirrors add_noise / accumulate),
+# through privacy/dpsgd/opacus_adapter.py: (module, attribute) -> sha256 of the dedented source, 16 hex digits.
 _GSM, _FGC = "opacus.grad_sample.grad_sample_module", "opacus.grad_sample.grad_sample_module_fast_gradient_clipping"
+_OPT, _OFGC = "opacus.optimizers.optimizer", "opacus.optimizers.optimizer_fast_gradient_clipping"
 PINNED_OPACUS_SOURCES = {
+    (_OPT, "_check_processed_flag"): "cda9cba61a6691e1",
+    (_OPT, "_mark_as_processed"): "ad66ff8bdcd4e049",
+    (_OPT, "DPOptimizer._check_skip_next_step"): "c73cbcc24988f796",  # reads _step_skip_queue as the adapter does
+    (_OFGC, "DPOptimizerFastGradientClipping.add_noise"): "3b2dd84dae60ac98",  # the copy-free add_noise mirrors it
+    (_OFGC, "DPOptimizerFastGradientClipping.accumulate"): "a25cc598a9d27099",
     (_GSM, "GradSampleHooks.capture_backprops_hook"): "e0394d58c29eeda7",
     (_GSM, "GradSampleHooks.add_hooks"): "de548c12e867ccbe",  # hooks self.capture_backprops_hook, i.e. ours
     (_GSM, "create_or_accumulate_grad_sample"): "473937338191170b",  # what store_grad_sample replaces
@@ -175,7 +182,8 @@ def test_opacus_internals_mirrored_by_the_fast_modules_are_unchanged(module_name
     digest = hashlib.sha256(textwrap.dedent(inspect.getsource(obj)).encode()).hexdigest()[:16]
     assert digest == PINNED_OPACUS_SOURCES[(module_name, attribute)], (
         f"Opacus {opacus.__version__} changed {module_name}.{attribute}: re-check FastGradSampleModule / "
-        "FastGhostClippingModule / store_grad_sample (privacy/dpsgd/grad_sample.py) against it, then update the pin")
+        "FastGhostClippingModule / CopyFreeFastGradientClippingOptimizer / privacy/dpsgd/opacus_adapter.py against it, "
+        "then update the pin and the adapter's gate")
 
 
 def test_copy_free_store_agrees_with_opacus_store():
