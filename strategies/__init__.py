@@ -9,8 +9,11 @@
   (token passing); ``registry`` maps framework names to them. Every plan-checked layer keeps the
   per-client metrics of the replies that passed (``client_metrics``, strategies.cohorts).
 - Wrappers (composition, like Flower's DP wrappers): ``matched_perturbation``,
-  ``server_fixed_clipping``, ``personalized_clipping``, ``drift_guard``, ``observer``; their bases
-  in ``wrapper``; ``canaries`` (audit canary clients inside the trusted aggregation, issue 13).
+  ``server_fixed_clipping``, ``personalized_clipping``, ``drift_guard``, ``observer``, ``canaries``
+  (audit canary clients inside the trusted aggregation, issue 13) and resume's round offset, all on
+  the one base ``wrapper.StrategyWrapper``, which delegates the protocol every layer speaks
+  (``layer``: grid view, round limits, array claims, member weights, the member clip, per-layer
+  records; ``layers()`` walks a composition).
   Other algorithms: ``fedadam_buffers``.
 - ``flwr_adapter``: every non-public piece of Flower the project uses (the FedAvg mean, the FedOpt mean
   hook, DP clip / sigma, logger name, run-config parsing, task identity), gated on flwr 1.42.0.

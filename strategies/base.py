@@ -2,13 +2,14 @@
 
 ``Strategy.start`` (Flower) is the one round loop. A subclass picks *how* the round's
 messages travel by returning a grid view from :meth:`prepare_grid`: broadcast-and-collect
-for FL, a relay for token passing. Wrappers (DP) delegate ``prepare_grid`` to the
-strategy they wrap, like everything else.
+for FL, a relay for token passing. Wrappers (strategies.wrapper) delegate ``prepare_grid`` to the
+strategy they wrap, like the rest of the protocol (strategies.layer).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager
 
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
 from flwr.serverapp import Grid
@@ -16,6 +17,7 @@ from flwr.serverapp.strategy import Result, Strategy
 from threadpoolctl import threadpool_limits
 
 from strategies.cohorts import PlanChecked, build_train_messages, plan_cohorts
+from strategies.layer import Layer, start_rounds
 from strategies.transport import send_and_receive
 
 
@@ -32,20 +34,26 @@ class FastGrid:
         return send_and_receive(self._grid, messages, timeout=timeout)
 
 
-class PatternStrategy(Strategy):
-    """A Flower strategy whose round uses the grid view returned by ``prepare_grid``."""
+class PatternStrategy(Layer, Strategy):
+    """A Flower strategy whose round uses the grid view returned by ``prepare_grid`` (strategies.layer's protocol)."""
 
     #: How the round's aggregate weights its members: "equal" (every contributor counts once, what the
     #: DP wrappers size their noise for: strategies.matched_perturbation) or "examples" (by reported
-    #: example counts, strategies.fedavg_examples). Wrappers copy the value of the strategy they wrap.
+    #: example counts, strategies.fedavg_examples). Wrappers answer with the value of the strategy they wrap.
     member_weights = "equal"
-    #: Which planned clients a reply carries a model for: "each", "last" or "none" (strategies.cohorts);
-    #: declared here for the type checker, set by each strategy.
-    array_claims: str
+    #: Which planned clients a reply carries a model for: "each", "last" or "none" (strategies.cohorts).
+    array_claims = "each"
 
     def prepare_grid(self, grid: Grid) -> Grid:
         """Return the grid view this strategy's rounds communicate through."""
         return FastGrid(grid)  # type: ignore[return-value]
+
+    def round_limits(self) -> AbstractContextManager[object]:
+        # The server's NumPy math (clipping, noise, canaries: model-sized, memory-bound vectors) runs on one
+        # BLAS thread. Idle OpenBLAS workers spin after each call and took a core from the central evaluation
+        # and the in-process SuperLink (issue 37: the audited FL round, twice as many clips, ran 1.26x; see
+        # docs/audit.md). Torch keeps its own threads.
+        return threadpool_limits(limits=1, user_api="blas")
 
     def start(  # same contract as flwr's Strategy.start
         self,
@@ -57,14 +65,8 @@ class PatternStrategy(Strategy):
         evaluate_config: ConfigRecord | None = None,
         evaluate_fn: Callable[[int, ArrayRecord], MetricRecord | None] | None = None,
     ) -> Result:
-        # The server's NumPy math (clipping, noise, canaries: model-sized, memory-bound vectors) runs on one
-        # BLAS thread. Idle OpenBLAS workers spin after each call and took a core from the central evaluation
-        # and the in-process SuperLink (issue 37: the audited FL round, twice as many clips, ran 1.26x; see
-        # docs/audit.md). Torch keeps its own threads.
-        with threadpool_limits(limits=1, user_api="blas"):
-            return super().start(
-                self.prepare_grid(grid), initial_arrays, num_rounds, timeout, train_config, evaluate_config, evaluate_fn
-            )
+        return start_rounds(self, grid, initial_arrays, num_rounds, timeout, train_config, evaluate_config,
+                            evaluate_fn)
 
     # Studies evaluate centrally (server-side test set); no federated evaluation round.
     def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid) -> list:

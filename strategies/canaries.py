@@ -6,7 +6,8 @@ passes through, the same code as a real client's, decides its signal). It enters
 and the cohort size m that sizes the noise counts it like any real client. The auditor then sees
 only the released (noised) models. Three insertion points, one per aggregation shape:
 
-* :class:`CanaryInsertion` wraps a pattern strategy under ``MatchedPerturbation`` (dfl-dp).
+* :class:`CanaryInsertion` wraps a pattern strategy under ``MatchedPerturbation`` (dfl-dp; a
+  strategies.wrapper.StrategyWrapper).
   FL (Algorithm 1): each canary's model w(t) + c_k is a cohort member's reply: it passes through
   ``MatchedPerturbation``'s per-client clip (the same code as the real replies, handed over by
   :meth:`CanaryInsertion.clip_members_with`), and the equal-weight mean runs over the N real and
@@ -29,21 +30,21 @@ from __future__ import annotations
 import logging
 import math
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
 from flwr.serverapp import Grid
+from flwr.serverapp.strategy import Strategy
 
 from privacy.audit.canaries import CanarySet
 from privacy.audit.client_level import flat_params, float_keys, split_like
-from strategies.base import PatternStrategy
+from strategies.layer import MemberClip, layer_of
 from strategies.records import from_numpy, number, to_numpy
+from strategies.wrapper import StrategyWrapper
 
 log = logging.getLogger(__name__)
 PLACEMENTS = ("cohort-mean", "chain-end")
-#: a DP wrapper's client clip: (round, who, model) -> the clipped model
-MemberClip = Callable[[int, str, "OrderedDict[str, np.ndarray]"], "OrderedDict[str, np.ndarray]"]
 
 
 def canary_sum(canaries: CanarySet, indices: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:
@@ -80,7 +81,7 @@ def mix_into_weighted_mean(aggregate: Mapping[str, np.ndarray], current: Mapping
     return OrderedDict((k, out[k] if k in out and k in keys else aggregate[k]) for k in aggregate)
 
 
-class CanaryInsertion(PatternStrategy):
+class CanaryInsertion(StrategyWrapper):
     """Wrap a pattern strategy: add the inserted canaries to each round's aggregate (see module doc).
 
     Parameters
@@ -90,18 +91,17 @@ class CanaryInsertion(PatternStrategy):
     placement : "cohort-mean" or "chain-end".
     """
 
-    def __init__(self, strategy: PatternStrategy, canaries: CanarySet, placement: str) -> None:
+    def __init__(self, strategy: Strategy, canaries: CanarySet, placement: str) -> None:
         if placement not in PLACEMENTS:
             raise ValueError(f"placement must be one of {PLACEMENTS}, got {placement!r}")
-        if strategy.member_weights != "equal":
+        weights = layer_of(strategy).member_weights
+        if weights != "equal":
             # the cohort mean below gives the real clients total weight = their number (one each)
             raise ValueError(f"canaries join a mean of equal-weight members; {type(strategy).__name__} "
-                             f"weights them by {strategy.member_weights!r}")
-        self.strategy = strategy
+                             f"weights them by {weights!r}")
+        super().__init__(strategy)
         self.canaries = canaries
         self.placement = placement
-        self.array_claims = strategy.array_claims
-        self.member_weights = strategy.member_weights
         self._inserted = canaries.inserted_indices()
         self._sum_cache: np.ndarray | None = None  # sum_k c_k, computed once when first needed
         self._current: OrderedDict[str, np.ndarray] | None = None
@@ -109,7 +109,8 @@ class CanaryInsertion(PatternStrategy):
 
     def clip_members_with(self, clip: MemberClip) -> None:
         """Pass each canary's model through ``clip(round, who, model)``, the client clip of the DP wrapper
-        (``MatchedPerturbation`` calls this for FL). Without it the canaries enter as they are."""
+        (``MatchedPerturbation`` calls this for FL). Without it the canaries enter as they are. The canaries are
+        this layer's members, so the clip stops here (the wrapped strategy's members are the real replies)."""
         self._clip = clip
 
     @property
@@ -138,16 +139,13 @@ class CanaryInsertion(PatternStrategy):
                  self.canaries.vectors.shape[0], self.placement)
         self.strategy.summary()
 
-    def prepare_grid(self, grid: Grid) -> Grid:
-        return self.strategy.prepare_grid(grid)
-
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
                         grid: Grid) -> Iterable[Message]:
         self._current = to_numpy(arrays)
         if flat_size(self._current) != self.canaries.dim:
             raise ValueError(f"the model has {flat_size(self._current)} float parameters, "
                              f"the canaries live in R^{self.canaries.dim}")
-        return self.strategy.configure_train(server_round, arrays, config, grid)
+        return super().configure_train(server_round, arrays, config, grid)
 
     def aggregate_train(self, server_round: int,
                         replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, replace
 from flwr.app import ArrayRecord, ConfigRecord, Error, Message, MessageType, RecordDict
 from flwr.serverapp import Grid
 
+from strategies.layer import Layer, layers
 from strategies.records import int_list, number
 from strategies.reply_rules import DEFAULT_RULES, ReplyRules, reply_problem
 
@@ -236,7 +237,7 @@ def kept_client_metrics(checked: CheckedReplies, record_key: str = "metrics") ->
     return out
 
 
-class PlanChecked:
+class PlanChecked(Layer):
     """Mixin for strategies and wrappers: remember the round's messages, check replies against them.
 
     ``configure_train`` returns ``self.remember(messages)``; ``aggregate_train`` starts with
@@ -245,24 +246,23 @@ class PlanChecked:
     Every check keeps, in this layer's own ``client_metrics`` (round -> client id -> metrics, see
     :func:`kept_client_metrics`), the per-client metrics of the replies that passed it, so that a
     study can write per-client metrics without an observer; ``problems`` keeps why the others did
-    not contribute (:func:`round_problems`).
+    not contribute (:func:`round_problems`). Both are strategies.layer.PerLayer records: a wrapper's
+    are its own, never the wrapped strategy's.
     """
 
-    array_claims = "each"
-    required_metrics: frozenset[str] = frozenset()  # what this layer's aggregation reads from each reply
+    _sent: Iterable[Message] = ()  # this round's messages, once remembered
 
     def reply_rules_in_force(self) -> ReplyRules:
         """The rules replies are checked with: the first layer (this one, then the strategies it wraps,
-        through their ``strategy`` attribute) that was given ``reply_rules``, else the defaults; with the
+        strategies.layer.layers) that was given ``reply_rules``, else the defaults; with the
         ``required_metrics`` of every layer added."""
-        layer: object | None = self
         found: ReplyRules | None = None
         required: set[str] = set()
-        while layer is not None:
-            required |= getattr(type(layer), "required_metrics", frozenset())
-            if found is None:
-                found = vars(layer).get("reply_rules")
-            layer = vars(layer).get("strategy")
+        for layer in layers(self):
+            if isinstance(layer, Layer):
+                required |= layer.required_metrics
+                if found is None:
+                    found = layer.reply_rules
         rules = found or DEFAULT_RULES
         if required - rules.required_metrics:
             rules = replace(rules, required_metrics=rules.required_metrics | required)
@@ -270,28 +270,30 @@ class PlanChecked:
 
     def remember(self, messages: Iterable[Message]) -> list[Message]:
         """Keep this round's messages (Flower sets their ids when it pushes them)."""
-        self._sent = list(messages)
-        return self._sent
+        sent = list(messages)
+        self._sent = sent
+        return sent
 
     def check(self, server_round: int, replies: Iterable[Message]) -> CheckedReplies:
         """:func:`check_replies` against the remembered messages, logging every rejection."""
-        checked = check_replies(getattr(self, "_sent", []), replies, self.array_claims, self.reply_rules_in_force())
+        checked = check_replies(self._sent, replies, self.array_claims, self.reply_rules_in_force())
         for reason in checked.rejected:
             _log.warning("round %d: %s; counted as a failed client", server_round, reason)
-        # round -> {logical client: why it did not contribute}, in this layer's own __dict__ (a wrapper's
-        # attribute lookup may fall through to the wrapped strategy); see :func:`round_problems`
-        self.__dict__.setdefault("problems", {})[server_round] = dict(checked.problem_of)
-        self.__dict__.setdefault("client_metrics", {})[server_round] = kept_client_metrics(checked)
+        # round -> {logical client: why it did not contribute}, this layer's own; see :func:`round_problems`
+        self.problems[server_round] = dict(checked.problem_of)
+        self.client_metrics[server_round] = kept_client_metrics(checked)
         return checked
 
 
-def round_problems(*layers: object) -> dict[int, dict[int, str]]:
-    """Per round, every planned client that did not contribute and why, merged over strategy layers."""
+def round_problems(strategy: object) -> dict[int, dict[int, str]]:
+    """Per round, every planned client that did not contribute and why, merged over the layers of ``strategy``
+    (strategies.layer.layers, outermost first: an outer layer's reason wins)."""
     out: dict[int, dict[int, str]] = {}
-    for layer in layers:
-        for r, probs in vars(layer).get("problems", {}).items():
-            for c, why in probs.items():
-                out.setdefault(r, {}).setdefault(c, why)
+    for layer in layers(strategy):
+        if isinstance(layer, Layer):
+            for r, probs in layer.problems.items():
+                for c, why in probs.items():
+                    out.setdefault(r, {}).setdefault(c, why)
     return out
 
 

@@ -30,6 +30,11 @@ class FixedCohort(PlanChecked):
 
     array_claims = "none"  # one model per reply, under the strategy's ``arrayrecord_key``
 
+    @property
+    def weight_key(self) -> str:
+        """FedAvg weights each reply by its ``weighted_by_key`` metric (strategies.layer's protocol)."""
+        return str(self.weighted_by_key)  # type: ignore[attr-defined]
+
     def set_cohort(self, client_ids: Iterable[int], action: str) -> None:
         """Train exactly these logical clients, with messages of type ``train.<action>``."""
         ids = sorted(int(c) for c in client_ids)

@@ -36,13 +36,14 @@ from collections.abc import Iterable
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
 from flwr.serverapp import Grid
+from flwr.serverapp.strategy import Strategy
 
 from privacy.faults import FAULTS_BY_STUDY, WRONG_COHORT_FACTOR, check_fault, noise_divisor
 from privacy.mechanisms import calibrate_sigma_abs, clip_by_l2, gaussian_noise_like
 from privacy.randomness import STREAM_MATCHED_PERTURBATION, NoiseSource
-from strategies.base import PatternStrategy
-from strategies.cohorts import PlanChecked
+from strategies.layer import layer_of
 from strategies.records import client_arrays, client_key, from_numpy, number, to_numpy
+from strategies.wrapper import StrategyWrapper
 
 log = logging.getLogger(__name__)
 CLIP_LEVELS = ("client", "aggregate")
@@ -51,13 +52,14 @@ FAULTS = FAULTS_BY_STUDY["dfl-dp"]
 CANARY_PREFIX = "canary-"  # clip events of audit canaries (strategies.canaries): kept out of the clip counters
 
 
-class MatchedPerturbation(PlanChecked, PatternStrategy):
+class MatchedPerturbation(StrategyWrapper):
     """Wrap ``strategy`` with update clipping at ``clip_norm`` and calibrated Gaussian noise.
 
     Parameters
     ----------
-    strategy : the wrapped strategy (EqualWeightFedAvg or SequentialDFL); its ``member_weights`` must be
-        "equal" (an example-weighted mean is refused: the noise would be miscalibrated).
+    strategy : the wrapped strategy (EqualWeightFedAvg or SequentialDFL, possibly inside CanaryInsertion or
+        another wrapper); its ``member_weights`` must be "equal" (an example-weighted mean is refused: the
+        noise would be miscalibrated).
     clip_norm : C.
     eps_cal, delta_cal : calibration of sigma_abs = (C / N) sqrt(2 ln(1.25/delta_cal)) / eps_cal.
     clip_at : "client" (Algorithm 1: every client update) or "aggregate" (Algorithm 2).
@@ -68,7 +70,7 @@ class MatchedPerturbation(PlanChecked, PatternStrategy):
 
     def __init__(
         self,
-        strategy: PatternStrategy,
+        strategy: Strategy,
         clip_norm: float,
         eps_cal: float,
         delta_cal: float,
@@ -83,39 +85,37 @@ class MatchedPerturbation(PlanChecked, PatternStrategy):
             raise ValueError(f"fault must be '' or one of {FAULTS}, got {fault!r}")
         check_fault(fault)  # refused unless PPFL_ALLOW_DP_FAULTS=1 (never a production default)
         calibrate_sigma_abs(clip_norm, 1, eps_cal, delta_cal)  # validates the arguments
-        if strategy.member_weights != "equal":
+        weights = layer_of(strategy).member_weights
+        if weights != "equal":
             # sigma_abs = (C / N) ...: the sensitivity of a mean of N equal-weight clipped updates. A weighted
             # mean's is C max_k p_k > C / N, so this noise would be too small for the epsilon it reports.
             raise ValueError(f"matched perturbation sizes its noise for a mean of equal-weight members; "
-                             f"{type(strategy).__name__} weights them by {strategy.member_weights!r}")
-        self.strategy = strategy
+                             f"{type(strategy).__name__} weights them by {weights!r}")
+        super().__init__(strategy)
         self.clip_norm = clip_norm
         self.eps_cal = eps_cal
         self.delta_cal = delta_cal
         self.clip_at = clip_at
         self.noise = noise or NoiseSource()
         self.rng = self.noise.numpy_generator(STREAM_MATCHED_PERTURBATION, *stream)
-        self.array_claims = strategy.array_claims
         self._current: OrderedDict[str, np.ndarray] | None = None
         self.fault = fault
         self.clip_events: list[dict] = []  # one entry per clipped quantity, every round
-        if clip_at == "client" and hasattr(strategy, "clip_members_with"):
-            # Audit canaries are cohort members: their models pass through this same client clip.
-            strategy.clip_members_with(self._clip_model)
+        if clip_at == "client":
+            # Audit canaries are cohort members: their models pass through this same client clip (a layer that
+            # adds no members of its own ignores it: strategies.layer.Layer.clip_members_with).
+            layer_of(strategy).clip_members_with(self._clip_model)
 
     def summary(self) -> None:
         log.info("MatchedPerturbation(C=%g, eps_cal=%g, clip at %s) wrapping:", self.clip_norm, self.eps_cal,
                  self.clip_at)
         self.strategy.summary()
 
-    def prepare_grid(self, grid: Grid) -> Grid:
-        return self.strategy.prepare_grid(grid)
-
     def configure_train(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
         self._current = to_numpy(arrays)
-        return self.remember(self.strategy.configure_train(server_round, arrays, config, grid))
+        return super().configure_train(server_round, arrays, config, grid)
 
     def _clip_model(self, server_round: int, who: str, model: OrderedDict[str, np.ndarray]) -> OrderedDict:
         assert self._current is not None

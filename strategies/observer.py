@@ -5,43 +5,31 @@ replacing a live strategy's methods: a study that needs to capture what a round 
 (e.g. dfl-dp's victim gradients for the inversion attacks) or the round's aggregated metrics
 passes callbacks. Replies are checked first (strategies.cohorts.check_replies, with the rules of
 the strategy it wraps): the callbacks and the wrapped strategy see the valid replies and, as error
-replies, everything refused, so a hostile reply reaches neither.
+replies, everything refused, so a hostile reply reaches neither. A strategies.wrapper.StrategyWrapper:
+everything else (the grid view, evaluation, ``summary``, the protocol) is the wrapped strategy's.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
-from flwr.serverapp import Grid
+from flwr.app import ArrayRecord, Message, MetricRecord
+from flwr.serverapp.strategy import Strategy
 
-from strategies.base import PatternStrategy
-from strategies.cohorts import PlanChecked
+from strategies.wrapper import StrategyWrapper
 
 RepliesHook = Callable[[int, list[Message]], None]
 ResultHook = Callable[[int, ArrayRecord | None, MetricRecord | None], None]
 
 
-class RoundObserver(PlanChecked, PatternStrategy):
+class RoundObserver(StrategyWrapper):
     """Delegate everything to ``strategy``; call ``on_replies`` before and ``on_result`` after aggregation."""
 
-    def __init__(self, strategy: PatternStrategy, on_replies: RepliesHook | None = None,
+    def __init__(self, strategy: Strategy, on_replies: RepliesHook | None = None,
                  on_result: ResultHook | None = None) -> None:
-        self.strategy = strategy
+        super().__init__(strategy)
         self.on_replies = on_replies
         self.on_result = on_result
-        self.array_claims = getattr(strategy, "array_claims", "each")
-        self.member_weights = getattr(strategy, "member_weights", "equal")
-
-    def summary(self) -> None:
-        self.strategy.summary()
-
-    def prepare_grid(self, grid: Grid) -> Grid:
-        return self.strategy.prepare_grid(grid)
-
-    def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
-                        grid: Grid) -> Iterable[Message]:
-        return self.remember(self.strategy.configure_train(server_round, arrays, config, grid))
 
     def aggregate_train(self, server_round: int,
                         replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:

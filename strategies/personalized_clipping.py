@@ -125,7 +125,7 @@ class PersonalizedServerSideClipping(ClippingWrapper):
         if self.canaries is None or arrays is None:
             return arrays, metrics
         # Canaries: cohort members through the same clip and noise (their own sigma_k), then in the weighted mean.
-        w_real = real_weight(ok, getattr(self.strategy, "weighted_by_key", "num-examples"))
+        w_real = real_weight(ok, self.weight_key)
         updates = self.canaries.updates()
         noisy = np.empty(updates.shape, dtype=np.float64)
         for j, (u, sd, g) in enumerate(zip(updates, canary_sigmas, self.canaries.groups)):
@@ -133,8 +133,8 @@ class PersonalizedServerSideClipping(ClippingWrapper):
             self.canaries.record_noised(server_round, j, noisy[j])  # what the trusted server holds of it
         agg = mix_into_weighted_mean(to_numpy(arrays), cur, w_real, noisy, self.canaries.weights)
         total = w_real + float(self.canaries.weights.sum())
-        p_real = np.array([float(number(checked.reply_of[c].content["metrics"][getattr(
-            self.strategy, "weighted_by_key", "num-examples")])) for c in ids]) / total
+        key = self.weight_key
+        p_real = np.array([float(number(checked.reply_of[c].content["metrics"][key])) for c in ids]) / total
         sigma_rel = float(np.sqrt(np.sum(p_real ** 2 * np.array([sigmas[c] for c in ids]) ** 2)
                                   + np.sum((self.canaries.weights / total) ** 2 * canary_sigmas ** 2)))
         info.update(canaries=self.canaries.num_inserted, sigma_release=sigma_rel,

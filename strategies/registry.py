@@ -60,7 +60,7 @@ def build_strategy(
     stream: tuple[int, ...] = (),
     canaries: CanarySet | None = None,
     fault: str = "",
-) -> PatternStrategy:
+) -> PatternStrategy | MatchedPerturbation:
     """Build a framework's strategy, wrapped in matched perturbation when ``dp``.
 
     ``noise`` is where the DP noise comes from (default: secure, OS entropy); ``stream`` labels
@@ -87,5 +87,6 @@ def build_strategy(
     if canaries is not None:
         if canaries.clip_norm > clip_norm:
             raise ValueError(f"canaries at norm {canaries.clip_norm:g} exceed the clip norm {clip_norm:g}")
-        inner = CanaryInsertion(inner, canaries, CANARY_PLACEMENT[clip_at])
+        return MatchedPerturbation(CanaryInsertion(inner, canaries, CANARY_PLACEMENT[clip_at]), clip_norm, eps_cal,
+                                   delta_cal, clip_at, noise, stream, fault)
     return MatchedPerturbation(inner, clip_norm, eps_cal, delta_cal, clip_at, noise, stream, fault)

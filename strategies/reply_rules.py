@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from flwr.app import ArrayRecord, Message
 
+from strategies.layer import Layer, layers
 from strategies.records import CLIENT_PREFIX, number
 
 #: The largest ``num-examples`` accepted when the study gives no tighter bound (2^31 - 1).
@@ -253,11 +254,10 @@ def reply_problem(sent: Message, reply: Message, planned: tuple[int, ...], array
 
 
 def set_reply_rules(strategy: object, rules: ReplyRules) -> None:
-    """Give ``rules`` to ``strategy`` and every strategy it wraps (through ``strategy`` attributes)."""
-    layer: object | None = strategy
-    while layer is not None:
-        layer.__dict__["reply_rules"] = rules
-        layer = vars(layer).get("strategy")
+    """Give ``rules`` to ``strategy`` and every layer it wraps (strategies.layer.layers)."""
+    for layer in layers(strategy):
+        if isinstance(layer, Layer):
+            layer.reply_rules = rules
 
 
 def _number_problem(name: str, value: object) -> str | None:

@@ -7,14 +7,15 @@ per-round rows); a rerun of the same config starts at round r + 1 instead of rou
 What makes the resumed run the same run:
 
 - the round loop is still Flower's ``Strategy.start``; :func:`start_from_round` runs it over a thin
-  adapter that adds the offset to every round number the strategy sees, so round-dependent arithmetic
-  (FedAdam's bias correction, the clients' per-round seeds and lr schedule from ``server-round``) sees
-  the true round;
+  wrapper (a strategies.wrapper.StrategyWrapper: the grid view and the rest delegated) that adds the
+  offset to every round number the strategy sees, so round-dependent arithmetic (FedAdam's bias
+  correction, the clients' per-round seeds and lr schedule from ``server-round``) sees the true round;
 - the strategy's state across rounds is saved and restored: the FedOpt family's server moments
   (``m_t``, ``v_t``), the per-round client metrics (the DP ledger and timing are built from them) and
   contributors.
   Everything else a strategy here holds is rebuilt each round (``current_arrays``, the round's checked
-  replies). A strategy with other cross-round state must add it to :data:`STATE_ATTRS`.
+  replies). A strategy with other cross-round state must add it to :func:`strategy_state` and
+  :func:`restore_strategy_state`.
 
 The study writes the checkpoint atomically (:func:`encode_checkpoint` gives its bytes); it is loaded with
 ``torch.load(weights_only=True)`` (tensors, strings, numbers only: no pickle of arbitrary objects); it
@@ -38,29 +39,33 @@ import numpy as np
 import torch
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord
 from flwr.serverapp import Grid
-from flwr.serverapp.strategy import Result, Strategy
+from flwr.serverapp.strategy import FedAdagrad, FedAdam, FedYogi, Result, Strategy
+
+from strategies.fixed_cohort import FixedCohort
+from strategies.layer import Layer
+from strategies.wrapper import StrategyWrapper
 
 log = logging.getLogger(__name__)
 
 CHECKPOINT = "round_checkpoint.pt"
 FORMAT = 1
 STATE_ATTRS = ("m_t", "v_t")  # flwr.serverapp.strategy.fedopt: the server optimizer's moments
+#: Flower's exported server optimizers (the FedOpt family, which holds m_t and v_t)
+SERVER_OPTIMIZERS = (FedAdagrad, FedAdam, FedYogi)
 
 
 def strategy_state(strategy: Strategy) -> dict[str, Any]:
     """What ``strategy`` carries from one round to the next, as tensors and JSON text."""
     state: dict[str, Any] = {}
-    for name in STATE_ATTRS:
-        value = getattr(strategy, name, None)
-        if value is not None:
-            state[name] = {k: torch.from_numpy(np.array(v, copy=True)) for k, v in value.items()}
-    metrics = getattr(strategy, "client_metrics", None)
-    if metrics is not None:  # strategies.fixed_cohort: {round: {client: {metric: value}}}
+    if isinstance(strategy, SERVER_OPTIMIZERS):
+        for name, value in (("m_t", strategy.m_t), ("v_t", strategy.v_t)):
+            if value is not None:
+                state[name] = {k: torch.from_numpy(np.array(v, copy=True)) for k, v in value.items()}
+    if isinstance(strategy, Layer):  # every layer keeps them (strategies.layer): {round: {client: {metric: value}}}
         state["client_metrics"] = json.dumps({str(r): {str(c): dict(m) for c, m in per.items()}
-                                              for r, per in metrics.items()})
-    contributors = getattr(strategy, "contributors", None)
-    if contributors is not None:  # strategies.fixed_cohort: {round: [client, ...]}
-        state["contributors"] = json.dumps({str(r): list(c) for r, c in contributors.items()})
+                                              for r, per in strategy.client_metrics.items()})
+    if isinstance(strategy, FixedCohort):  # {round: [client, ...]}
+        state["contributors"] = json.dumps({str(r): list(c) for r, c in strategy.contributors.items()})
     return state
 
 
@@ -68,40 +73,48 @@ def restore_strategy_state(strategy: Strategy, state: dict[str, Any]) -> None:
     """Put :func:`strategy_state`'s output back into a freshly built strategy of the same kind."""
     for name in STATE_ATTRS:
         if name in state:
-            if not hasattr(strategy, name):
+            if not isinstance(strategy, SERVER_OPTIMIZERS):
                 raise ValueError(f"the checkpoint holds {name!r}, which {type(strategy).__name__} does not have")
             setattr(strategy, name, {k: v.numpy().copy() for k, v in state[name].items()})
-    target: Any = strategy  # client_metrics and contributors belong to some strategies, not to Strategy
+    for name, kind in (("client_metrics", Layer), ("contributors", FixedCohort)):
+        if name in state and not isinstance(strategy, kind):
+            raise ValueError(f"the checkpoint holds {name!r}, which {type(strategy).__name__} does not have")
     if "client_metrics" in state:
-        target.client_metrics = {int(r): {int(c): m for c, m in per.items()}
-                                 for r, per in json.loads(state["client_metrics"]).items()}
+        assert isinstance(strategy, Layer)
+        strategy.client_metrics = {int(r): {int(c): m for c, m in per.items()}
+                                   for r, per in json.loads(state["client_metrics"]).items()}
     if "contributors" in state:
-        target.contributors = {int(r): list(c) for r, c in json.loads(state["contributors"]).items()}
+        assert isinstance(strategy, FixedCohort)
+        strategy.contributors = {int(r): list(c) for r, c in json.loads(state["contributors"]).items()}
 
 
-class _FromRound(Strategy):
-    """``inner`` seen by Flower's round loop as rounds 1, 2, ... while it works on rounds offset + 1, ..."""
+class _FromRound(StrategyWrapper):
+    """``inner`` seen by Flower's round loop as rounds 1, 2, ... while it works on rounds offset + 1, ...
+
+    A strategies.wrapper.StrategyWrapper: the grid view, round limits and the rest of the protocol are the
+    wrapped strategy's; only the round numbers it sees are shifted."""
 
     def __init__(self, inner: Strategy, offset: int) -> None:
-        self.inner, self.offset = inner, offset
+        super().__init__(inner)
+        self.offset = offset
+
+    def summary(self) -> None:
+        self.strategy.summary()  # invisible: the run is the wrapped strategy's
 
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
                         grid: Grid) -> Iterable[Message]:
-        return self.inner.configure_train(server_round + self.offset, arrays, config, grid)
+        return super().configure_train(server_round + self.offset, arrays, config, grid)
 
     def aggregate_train(self, server_round: int,
                         replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
-        return self.inner.aggregate_train(server_round + self.offset, replies)
+        return super().aggregate_train(server_round + self.offset, replies)
 
     def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
                            grid: Grid) -> Iterable[Message]:
-        return self.inner.configure_evaluate(server_round + self.offset, arrays, config, grid)
+        return super().configure_evaluate(server_round + self.offset, arrays, config, grid)
 
     def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
-        return self.inner.aggregate_evaluate(server_round + self.offset, replies)
-
-    def summary(self) -> None:
-        self.inner.summary()
+        return super().aggregate_evaluate(server_round + self.offset, replies)
 
 
 def start_from_round(strategy: Strategy, grid: Grid, arrays: ArrayRecord, *, first_round: int, num_rounds: int,
@@ -117,11 +130,10 @@ def start_from_round(strategy: Strategy, grid: Grid, arrays: ArrayRecord, *, fir
     if first_round > num_rounds:
         return Result(arrays=arrays)
     offset = first_round - 1
-    view = strategy.prepare_grid(grid) if hasattr(strategy, "prepare_grid") else grid
     shifted = None if evaluate_fn is None else (lambda r, a: evaluate_fn(r + offset if r else 0, a))
     log.info("resuming at round %d of %d", first_round, num_rounds)
-    return Strategy.start(_FromRound(strategy, offset), view, arrays, num_rounds - offset, timeout, train_config,
-                          evaluate_fn=shifted)
+    return _FromRound(strategy, offset).start(grid, arrays, num_rounds - offset, timeout, train_config,
+                                              evaluate_fn=shifted)
 
 
 def encode_checkpoint(run_id: str, finished_round: int, arrays: ArrayRecord, strategy: Strategy,

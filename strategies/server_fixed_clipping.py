@@ -103,7 +103,7 @@ class ServerSideFixedClipping(ClippingWrapper):
         agg = to_numpy(arrays)
         k_in = 0
         if self.canaries is not None:  # canaries join the weighted mean and the cohort before the noise
-            w_real = real_weight(ok, getattr(self.strategy, "weighted_by_key", "num-examples"))
+            w_real = real_weight(ok, self.weight_key)
             agg = mix_into_weighted_mean(agg, current, w_real, self.clipped_canary_updates(), self.canaries.weights)
             k_in = self.canaries.num_inserted
         cohort = (m + k_in) * (WRONG_COHORT_FACTOR if self.fault == "wrong-cohort" else 1)

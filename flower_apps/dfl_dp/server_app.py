@@ -159,7 +159,7 @@ def server_main(grid: Grid, cfg: DflDpConfig) -> dict:
     save_state_dict(model, out / "final_model.pt")
     # Why each failed client failed, per round: the strategies' reply checks (FL), else the error replies
     # (sequential DFL's relay skips a failed hop and hands on its error reply).
-    errors, problems = RoundErrors(), round_problems(strategy, getattr(strategy, "strategy", strategy))
+    errors, problems = RoundErrors(), round_problems(strategy)
     for r in range(1, cfg.num_rounds + 1):
         if problems.get(r):
             errors.record_problems(r, problems[r], node_of(grid))

@@ -56,6 +56,7 @@ from strategies.personalized_clipping import PersonalizedServerSideClipping
 from strategies.records import from_numpy, to_numpy
 from strategies.reply_rules import ReplyRules, set_reply_rules
 from strategies.server_fixed_clipping import ServerSideFixedClipping
+from strategies.wrapper import ClippingWrapper
 
 log = logging.getLogger("flwr")
 SETTING_CODE = {"vanilla": 0, "gdp": 1, "pdp": 2}
@@ -158,7 +159,7 @@ def run_setting(grid: Grid, cfg: TabularPdpConfig, setting: str, clients: list[i
     # The released global model, for the attacks (flower_apps/tabular_pdp/attacks.py) and the report card.
     save_state_dict(record_to_state(result.arrays), model_path(run_dir(cfg), setting))
     if errors is not None:
-        for r, probs in sorted(round_problems(outer, dp, base).items()):
+        for r, probs in sorted(round_problems(outer).items()):
             errors.record_problems(r, {c: f"{setting}: {why}" for c, why in probs.items()}, node_of(grid))
     rows = []
     for r in range(1, cfg.num_rounds + 1):
@@ -167,7 +168,7 @@ def run_setting(grid: Grid, cfg: TabularPdpConfig, setting: str, clients: list[i
         row = {"setting": setting, "round": r, "test_mae": ev.get("test-mae"), "test_mre": ev.get("test-mre"),
                "test_rmse": ev.get("test-rmse"), "train_loss": tr.get("train-loss"),
                "contributors": base.contributors.get(r, [])}
-        info = getattr(dp, "rounds", {}).get(r)
+        info = dp.rounds.get(r) if isinstance(dp, ClippingWrapper) else None
         if info:
             row.update({"clipped": info.get("clipped"), "m": info.get("m"), "sigma": info.get("sigma"),
                         "sigmas": info.get("sigmas"), "max_update_norm": max(info["update_norms"].values(), default=0)})
@@ -187,7 +188,7 @@ def run_setting(grid: Grid, cfg: TabularPdpConfig, setting: str, clients: list[i
     return summary, rows
 
 
-def _accounting(setting: str, cfg: TabularPdpConfig, dp, base: CohortFedAvg, clip_norm: float,
+def _accounting(setting: str, cfg: TabularPdpConfig, dp: ClippingWrapper, base: CohortFedAvg, clip_norm: float,
                 sizes: dict[int, int]) -> dict:
     contributed = sorted({c for cs in base.contributors.values() for c in cs})
     rounds = {c: sum(c in cs for cs in base.contributors.values()) for c in contributed}
@@ -196,7 +197,7 @@ def _accounting(setting: str, cfg: TabularPdpConfig, dp, base: CohortFedAvg, cli
         return {"accounting": {}}
     # Audit canaries (docs/audit.md) share the FedAvg mean: their weight (pseudo-client -1, dropped
     # from the result) keeps each real client's share p_i = n_i / (W + W_canaries) right.
-    canaries = getattr(dp, "canaries", None)
+    canaries = dp.canaries
     if canaries is not None:
         weights[NO_CLIENT] = float(canaries.weights.sum())
     if setting == "gdp":

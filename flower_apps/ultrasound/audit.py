@@ -32,9 +32,9 @@ Score of an input-space canary: the loss decrease it sees from the released upda
 verdict rests on the lower bound alone (no noise can be measured from the released updates): mostly
 ``underpowered`` at CPU scale (docs/audit.md).
 
-Composition, not patching: :class:`AuditGrid` is a grid view (like ``strategies.base.FastGrid``)
-that takes the audited client's audit record out of its replies before the strategy sees them
-(the client reads the request from the run config every message carries). The client computes
+Composition, not patching: :class:`AuditTap` is the outermost strategy layer of an audited run (a
+strategies.wrapper.StrategyWrapper) that takes the audited client's audit record out of its replies
+before the strategy sees them (the client reads the request from the run config every message carries). The client computes
 the canary losses (:func:`client_hook`) because it holds the models; both losses are functions of the model it
 received and the model it releases only, so they are exactly what the auditor could compute.
 """
@@ -42,12 +42,14 @@ received and the model it releases only, so they are exactly what the auditor co
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
-from flwr.app import ConfigRecord
+from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
+from flwr.serverapp.strategy import Strategy
 
 from flower_apps.common.results import atomic_write_json
 from flower_apps.common.tables import write_table
@@ -58,6 +60,7 @@ from flower_apps.ultrasound.study import CANARY_KINDS
 from flower_apps.ultrasound.train import predict_probs
 from privacy.audit.example_level import audit_from_scores, epsilon_lower_bound, inclusion_bits, k_choices
 from privacy.audit.verdict import ALPHA, decide
+from strategies.wrapper import StrategyWrapper
 
 AUDITED_CLIENT = 0
 DEFAULT_CANARIES = 32  # smoke / CPU scale: BUSI clients hold ~40-160 images; more canaries would swamp them
@@ -157,17 +160,13 @@ def audit_record(loss_received: list[float], loss_released: list[float]) -> Conf
     return ConfigRecord({"loss-received": loss_received, "loss-released": loss_released})
 
 
-class AuditGrid:
-    """A grid view that takes the audited client's canary losses out of its replies (the strategy never sees them)."""
+class AuditRecords:
+    """What the auditor collects: the audited client's canary records, each taken out of the reply it came in."""
 
-    def __init__(self, grid, req: AuditRequest) -> None:
-        self._grid = grid
+    def __init__(self, req: AuditRequest) -> None:
         self.req = req
         self.rounds: list[tuple[list[float], list[float]]] = []  # input-space canaries: (received, released) per round
         self.gradient: list[dict] = []  # gradient canaries: one validated record per round (gradient_audit)
-
-    def __getattr__(self, name: str):  # everything else is the real grid's
-        return getattr(self._grid, name)
 
     def take(self, msg) -> None:
         """Keep a reply's audit record (validated) and remove it from the reply."""
@@ -179,11 +178,28 @@ class AuditGrid:
                 self.rounds.append((list(rec["loss-received"]), list(rec["loss-released"])))
             del msg.content[AUDIT_RECORD]  # the strategy sees the reply it would see without the audit
 
-    def pull_messages(self, message_ids):
-        got = list(self._grid.pull_messages(message_ids))
-        for msg in got:
-            self.take(msg)
-        return got
+
+class AuditTap(StrategyWrapper):
+    """The outermost layer of an audited run: hands every reply to ``records`` (which takes the audited client's
+    canary record out of it) before the wrapped strategy sees it; everything else is the wrapped strategy's
+    (strategies.wrapper)."""
+
+    def __init__(self, strategy: Strategy, records: AuditRecords) -> None:
+        super().__init__(strategy)
+        self.records = records
+
+    def aggregate_train(self, server_round: int,
+                        replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        replies = list(replies)
+        for msg in replies:  # in the order they arrived
+            self.records.take(msg)
+        return self.strategy.aggregate_train(server_round, replies)
+
+    def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
+        replies = list(replies)
+        for msg in replies:
+            self.records.take(msg)
+        return self.strategy.aggregate_evaluate(server_round, replies)
 
 
 def scores(rounds: list[tuple[list[float], list[float]]]) -> dict[str, np.ndarray]:
@@ -251,16 +267,16 @@ def is_audited(cfg) -> bool:
     return bool(getattr(cfg, "audit_canaries", 0))
 
 
-def audit_grid(grid, cfg) -> AuditGrid | None:
-    """The server's grid view for an audited run (None for others), after refusing what cannot be audited."""
+def audit_records(cfg) -> AuditRecords | None:
+    """The auditor's collection for an audited run (None for others), after refusing what cannot be audited."""
     req = AuditRequest.of(cfg)
     if req is None:
         return None
     check_auditable(cfg, req)
-    return AuditGrid(grid, req)
+    return AuditRecords(req)
 
 
-def write_audit(out: Path, cfg, view: AuditGrid, accounting: dict | None) -> dict:
+def write_audit(out: Path, cfg, view: AuditRecords, accounting: dict | None) -> dict:
     """Score the canaries, write ``audit.json`` and ``audit.md``/``.csv`` into ``out``; return summary.json's ``audit``.
 
     Called before summary.json is written (its presence marks the run complete, audit included).

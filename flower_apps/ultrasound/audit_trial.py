@@ -16,7 +16,7 @@ from strategies.flwr_adapter import task_identity
 
 def client_rounds(cfg, view=None, client: int = 0):
     """``client`` trained alone for ``cfg.num_rounds`` rounds through the real ClientApp handler, each round from
-    its own last release; ``view`` (an AuditGrid) takes each reply. The last release's ArrayRecord."""
+    its own last release; ``view`` (an ``audit.AuditRecords``) takes each reply. The last release's ArrayRecord."""
     from flwr.app import Context, RecordDict
 
     from flower_apps.common.torch_utils import state_to_record
@@ -67,7 +67,7 @@ def audit_trial(fault: str, seed: int, preset: str = "smoke", **overrides) -> di
     cfg = prepare(keys)[1]
     req = audit.AuditRequest.of(cfg)
     audit.check_auditable(cfg, req)
-    view = audit.AuditGrid(None, req)
+    view = audit.AuditRecords(req)
     client_rounds(cfg, view, req.client)
     res = run_gradient_audit(req, view.gradient, cfg)
     res["wall_seconds"] = time.perf_counter() - t0

@@ -4,7 +4,7 @@
 norm C (:mod:`privacy.dpsgd.canaries`), half of them (the auditor's coin flips) inserted into the
 clipped sum of a step with the loader's Poisson rate q, before the optimizer's own noise; every step's
 privatized sum is read along each canary. The client sends those readings in its audit record (taken out
-of the reply by :class:`flower_apps.ultrasound.audit.AuditGrid` before the strategy sees it); the server
+of the reply by :class:`flower_apps.ultrasound.audit.AuditTap` before the strategy sees it); the server
 computes the verdict (:func:`privacy.audit.example_level.gradient_canary_verdict`) with references from
 the *configured* z and C alone: a DP optimizer whose noise multiplier is smaller than the ledger's
 (``dp-fault=dpsgd-noise-div-2/-10``) is a ``violation``.

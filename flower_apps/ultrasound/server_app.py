@@ -117,7 +117,7 @@ def server_main(grid: Grid, cfg: UltrasoundConfig) -> dict:
     from flower_apps.ultrasound.data import validate_data
 
     validate_data(cfg)  # unusable data fails here, in seconds: no run folder, no message sent
-    audit_view = audit.audit_grid(grid, cfg)  # us-audit-canaries > 0 only; refuses what it cannot observe
+    audit_recs = audit.audit_records(cfg)  # us-audit-canaries > 0 only; refuses what it cannot observe
     out = open_run_folder(run_dir(cfg), cfg)
     (out / "summary.json").unlink(missing_ok=True)  # this config's old summary, if any: rewritten at the end
     # Deployment: the SuperNodes say which clients they hold; the coordinator keeps only test/ and val/.
@@ -133,7 +133,7 @@ def server_main(grid: Grid, cfg: UltrasoundConfig) -> dict:
     log.info("ultrasound %s: %s on %s (%s), %d train / %d test, device %s", out.name, cfg.method, cfg.arch,
              info["weights"], len(data.y["train"]), len(data.y["test"]), device)
     if cfg.mode == "federated":
-        res = _federated(grid if audit_view is None else audit_view, cfg, model, initial, data, device)
+        res = _federated(grid, cfg, model, initial, data, device, audit_recs)
     elif cfg.mode == "centralized":
         res = _centralized(cfg, model, data, device)
     else:
@@ -167,8 +167,8 @@ def server_main(grid: Grid, cfg: UltrasoundConfig) -> dict:
     }
     if cfg.dp_fault:  # issue 37: a run with a deliberately broken mechanism says so (runs without keep their summary)
         summary["dp_fault"] = cfg.dp_fault
-    if audit_view is not None:  # the one-run DP-SGD audit, beside the RDP accountant's epsilon (docs/audit.md)
-        summary["audit"] = audit.write_audit(out, cfg, audit_view, summary["accounting"])
+    if audit_recs is not None:  # the one-run DP-SGD audit, beside the RDP accountant's epsilon (docs/audit.md)
+        summary["audit"] = audit.write_audit(out, cfg, audit_recs, summary["accounting"])
     summary.update(deployment)  # node-local runs: which node held which clients, which nodes failed and why
     write_run_outputs(out, summary, rounds, data.partition_rows(), info)
     atomic_write_json(out / "summary.json", summary)  # last: its presence marks the run complete
@@ -211,7 +211,8 @@ def _cohort(grid: Grid, cfg: UltrasoundConfig) -> list[int]:
     return list(range(cfg.num_clients))
 
 
-def _federated(grid: Grid, cfg: UltrasoundConfig, model, initial: ArrayRecord, data: UltrasoundData, device):
+def _federated(grid: Grid, cfg: UltrasoundConfig, model, initial: ArrayRecord, data: UltrasoundData, device,
+               audit_records: audit.AuditRecords | None = None):
     cohort = _cohort(grid, cfg)
     strategy = build_ultrasound_strategy(cfg.algorithm, proximal_mu=cfg.proximal_mu, server_lr=cfg.server_lr,
                                          beta1=cfg.beta1, beta2=cfg.beta2,
@@ -261,7 +262,9 @@ def _federated(grid: Grid, cfg: UltrasoundConfig, model, initial: ArrayRecord, d
                  test["accuracy"], test["f1"], round_seconds[-1])
         return MetricRecord({"test-accuracy": test["accuracy"]})
 
-    result = start_from_round(strategy, FastGrid(grid), initial, first_round=ck["round"] + 1 if ck else 1,
+    # An audited run: the auditor's tap is the outermost layer (it takes the canary records out of the replies).
+    outer = strategy if audit_records is None else audit.AuditTap(strategy, audit_records)
+    result = start_from_round(outer, FastGrid(grid), initial, first_round=ck["round"] + 1 if ck else 1,
                               num_rounds=cfg.num_rounds, timeout=cfg.round_timeout,
                               train_config=ConfigRecord({"run-config": cfg.to_json()}), evaluate_fn=evaluate_fn)
     model.load_state_dict({k: v.to(device) for k, v in record_to_state(result.arrays).items()})

@@ -24,6 +24,7 @@ from privacy.audit import make_canaries
 from privacy.faults import ALLOW_ENV, FAULTS_BY_STUDY, WRONG_COHORT_FACTOR
 from privacy.personalized import personalized_sigmas
 from strategies.canaries import WeightedCanaries
+from strategies.layer import layers
 from strategies.personalized_clipping import PersonalizedServerSideClipping
 from strategies.server_fixed_clipping import ServerSideFixedClipping
 
@@ -53,10 +54,8 @@ def _reply(cid: int, w: np.ndarray, n: int = 100) -> Message:
 def _round(wrapper, updates: dict[int, np.ndarray], current: np.ndarray) -> np.ndarray:
     """One aggregation of ``updates`` (client -> w_i - w) from ``current``; the released change (float64)."""
     replies = [_reply(c, current + u) for c, u in updates.items()]
-    layer = wrapper
-    while layer is not None:  # what configure_train does in a run: every layer remembers the round's messages
+    for layer in layers(wrapper):  # what configure_train does in a run: every layer remembers the round's messages
         layer._sent = [SENT[r.metadata.reply_to_message_id] for r in replies]
-        layer = getattr(layer, "strategy", None)
     wrapper.current_arrays = _arrays(current)
     arrays, _ = wrapper.aggregate_train(1, replies)
     return arrays["w"].numpy().astype(np.float64) - current.astype(np.float32)

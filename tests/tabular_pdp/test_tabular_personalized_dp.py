@@ -21,6 +21,7 @@ from privacy.personalized import (
     personalized_sigmas,
 )
 from privacy.tabular_accounting import client_budgets, gaussian_epsilon
+from strategies.layer import layers
 from strategies.personalized_clipping import PersonalizedServerSideClipping
 from strategies.server_fixed_clipping import ServerSideFixedClipping
 
@@ -46,10 +47,11 @@ def _reply(cid: int, w: np.ndarray, n: int = 100, claim: int | None = None) -> M
 
 def _planned(wrapper, replies: list[Message]) -> list[Message]:
     """Register the round's sent messages with the wrapper, as its configure_train does in a run."""
-    layer = wrapper
-    while layer is not None:  # every layer that checks replies remembers the round's messages
+    walked = list(layers(wrapper))
+    if isinstance(wrapper, DifferentialPrivacyServerSideFixedClipping):  # Flower's own wrapper is not one of ours
+        walked += list(layers(wrapper.strategy))
+    for layer in walked:  # every layer that checks replies remembers the round's messages
         layer._sent = [SENT[r.metadata.reply_to_message_id] for r in replies]
-        layer = getattr(layer, "strategy", None)
     return replies
 
 

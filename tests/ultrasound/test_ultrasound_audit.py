@@ -8,11 +8,12 @@ import numpy as np
 import pytest
 import torch
 from flwr.app import ConfigRecord, RecordDict
+from flwr.serverapp.strategy import Strategy
 
 from flower_apps.common.results import read_json
 from flower_apps.config import ConfigError
 from flower_apps.ultrasound import audit
-from flower_apps.ultrasound.audit import AuditGrid, AuditRequest, make_canaries, scores
+from flower_apps.ultrasound.audit import AuditRecords, AuditRequest, AuditTap, make_canaries, scores
 
 
 def _cfg(**keys):
@@ -80,7 +81,7 @@ def test_audit_keys_leave_plain_runs_as_they_were_and_give_audited_runs_their_ow
     assert config_hash(plain.effective()) != config_hash(audited.effective())
     assert audited.default_run_name == plain.default_run_name + "_audit-random-pixels-m16"
     assert AuditRequest.of(plain) is None and AuditRequest.of(audited) == AuditRequest(16, "random-pixels", plain.seed)
-    assert audit.audit_grid(object(), plain) is None and isinstance(audit.audit_grid(object(), audited), AuditGrid)
+    assert audit.audit_records(plain) is None and audit.audit_records(audited).req == AuditRequest.of(audited)
 
 
 def test_client_hook_only_touches_the_audited_client():
@@ -127,14 +128,43 @@ class _FakeGrid:
         return [1, 2]
 
 
-def test_grid_view_collects_the_audited_clients_losses_and_hides_its_record_from_the_strategy():
-    view = AuditGrid(_FakeGrid(), AuditRequest(2, "random-pixels", 0))
+class _SpyStrategy(Strategy):
+    """The wrapped strategy: sends the messages it built, records the replies it is handed."""
+
+    def __init__(self, msgs) -> None:
+        self.msgs, self.seen = msgs, []
+
+    def summary(self) -> None:
+        pass
+
+    def configure_train(self, server_round, arrays, config, grid):
+        return self.msgs
+
+    def aggregate_train(self, server_round, replies):
+        self.seen = list(replies)
+        return None, None
+
+    def configure_evaluate(self, server_round, arrays, config, grid):
+        return []
+
+    def aggregate_evaluate(self, server_round, replies):
+        return None
+
+
+def test_tap_collects_the_audited_clients_losses_and_hides_its_record_from_the_strategy():
     msgs = [_Msg(RecordDict({"config": ConfigRecord({"client-ids": [c], "run-config": "{}"})})) for c in (0, 1)]
-    ids = view.push_messages(msgs)  # delegated: the messages go out as the strategy built them
-    assert all(set(m.content["config"].keys()) == {"client-ids", "run-config"} for m in msgs)
-    replies = view.pull_messages(ids)
-    assert all(audit.AUDIT_RECORD not in r.content for r in replies)  # the strategy sees plain replies
-    assert view.rounds == [([2.0, 1.0], [1.5, 1.2])] and view.get_node_ids() == [1, 2]
+    inner = _SpyStrategy(msgs)
+    records = AuditRecords(AuditRequest(2, "random-pixels", 0))
+    tap = AuditTap(inner, records)
+    grid = _FakeGrid()
+    sent = list(tap.configure_train(1, None, None, grid))  # delegated: the messages go out as the strategy built them
+    assert sent == msgs and all(set(m.content["config"].keys()) == {"client-ids", "run-config"} for m in msgs)
+    replies = grid.pull_messages(grid.push_messages(sent))
+    assert sum(audit.AUDIT_RECORD in r.content for r in replies) == 1
+    tap.aggregate_train(1, replies)
+    assert inner.seen == replies and all(audit.AUDIT_RECORD not in r.content for r in inner.seen)  # plain replies
+    assert records.rounds == [([2.0, 1.0], [1.5, 1.2])]
+    assert list(tap.layers()) == [tap, inner] and tap.prepare_grid(grid) is grid  # the rest is the strategy's
 
 
 def test_scores_per_threat_model_hand_computed():
