@@ -35,6 +35,7 @@ from attacks.inversion import (
 )
 from attacks.inversion.metrics import score_reconstruction
 from attacks.inversion.objectives import euclidean_distance
+from models.seeded_init import seeded_init
 
 TARGET_S = 60.0
 MNIST_MEAN, MNIST_STD = (0.1307,), (0.3081,)
@@ -96,8 +97,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
 
     gen = torch.Generator().manual_seed(0)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
+    with seeded_init(0):
         model = PaperMnistCnn()
     x, y = synthetic_digit(gen), 0
     gradient = capture_single_example_gradient(model, x, y)

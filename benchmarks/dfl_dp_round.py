@@ -39,12 +39,13 @@ import torch
 
 from datasets.image_plan import build_image_plan
 from flower_apps.common.local_training import train_local
-from flower_apps.common.seeding import client_generator
 from flower_apps.common.torch_utils import record_to_state, state_to_record
 from flower_apps.config import RUN_CONFIG_DEFAULTS
 from flower_apps.dfl_dp.data import data_key
 from flower_apps.router import prepare
+from models.seeded_init import seeded_init
 from models.small_cnn import build_small_cnn
+from registry import streams
 
 TARGETS = {"fl": 1.3, "sequential-dfl": 1.5}
 FULL = {"clients": 100, "data_fraction": 1.0, "rounds": 3}
@@ -80,10 +81,11 @@ def plain_rounds(cfg, threads: int) -> list[float]:
             if cfg.framework == "fl":
                 model.load_state_dict(global_state)
             x, y = plan.client_data(cid)
-            torch.manual_seed(client_generator(cfg.seed, rnd, cid).initial_seed())
-            train_local(model, x, y, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay,
-                        batch_size=cfg.batch_size, epochs=cfg.local_epochs, grad_clip=cfg.grad_clip,
-                        generator=client_generator(cfg.seed, rnd, cid), device=torch.device("cpu"))
+            with seeded_init(streams.seed_int("clients.sgd", cfg.seed, rnd, cid)):  # as the ClientApp does
+                train_local(model, x, y, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay,
+                            batch_size=cfg.batch_size, epochs=cfg.local_epochs, grad_clip=cfg.grad_clip,
+                            generator=streams.torch_generator("clients.sgd", cfg.seed, rnd, cid),
+                            device=torch.device("cpu"))
             if cfg.framework == "fl":
                 models.append({k: v.detach().clone() for k, v in model.state_dict().items()})
         if cfg.framework == "fl":

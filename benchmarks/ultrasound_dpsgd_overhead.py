@@ -34,6 +34,7 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from flower_apps.ultrasound.models import ARCHS
+from models.seeded_init import seeded_init
 from privacy.dpsgd import ghost_clipping_backward, make_opacus_compatible, make_private
 
 DEFAULT_ARCHS = ("mobilenetv2_100", "resnet50", "vit_small_patch16_224")
@@ -45,8 +46,8 @@ def build(arch: str, size: int, classes: int = 2) -> nn.Module:
     import timm
 
     kw = {"img_size": size} if ARCHS[arch].takes_img_size else {}
-    torch.manual_seed(0)
-    return timm.create_model(arch, num_classes=classes, **kw)
+    with seeded_init(0):
+        return timm.create_model(arch, num_classes=classes, **kw)
 
 
 def interleaved_times(steps: dict[str, object], warmup: int, reps: int, device: torch.device,

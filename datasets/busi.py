@@ -23,6 +23,7 @@ import numpy as np
 from datasets.base import DataError, DatasetUnavailableError, check_data_dir, one_line
 from datasets.sources import DEFAULT_DATA_HOME
 from datasets.splits import stratified_split, subsample_stratified
+from registry import streams
 
 log = logging.getLogger(__name__)
 
@@ -177,7 +178,7 @@ def synthetic_ultrasound(counts: tuple[int, int, int] = (133, 437, 210), size: i
     hypoechoic mass with posterior shadowing; normal: no lesion. Class counts default to
     BUSI's (133 normal, 437 benign, 210 malignant).
     """
-    rng = np.random.default_rng([seed, 97])
+    rng = streams.rng("datasets.busi-subsample", seed)
     yy, xx = np.mgrid[0:size, 0:size] / size
     images, labels = [], []
     for k, n in enumerate(counts):
@@ -296,9 +297,9 @@ def global_splits(labels: np.ndarray, seed: int, data_fraction: float = 1.0) -> 
     """
     labels = np.asarray(labels)
     rest, test = stratified_split(labels, [1 - TEST_FRACTION, TEST_FRACTION],
-                                  np.random.default_rng([TEST_SPLIT_SEED, 7]))
+                                  streams.rng("datasets.test-split", TEST_SPLIT_SEED))
     if data_fraction < 1:
         rest = rest[subsample_stratified(labels[rest], data_fraction, seed)]
     val_share = VAL_FRACTION / (1 - TEST_FRACTION)
-    train_rel, val_rel = stratified_split(labels[rest], [1 - val_share, val_share], np.random.default_rng([seed, 21]))
+    train_rel, val_rel = stratified_split(labels[rest], [1 - val_share, val_share], streams.rng("datasets.busi-val", seed))
     return {"test": np.sort(test), "train": np.sort(rest[train_rel]), "val": np.sort(rest[val_rel])}

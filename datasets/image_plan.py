@@ -24,14 +24,15 @@ from datasets.partition import class_counts, dirichlet_partition
 from datasets.registry import DATASETS, load_dataset
 from datasets.splits import FOUR_WAY_SIZES, check_four_way_sizes, four_way_split, train_and_test
 from datasets.transforms import normalize_images
+from registry import streams
 
 log = logging.getLogger(__name__)
 
 #: the held-out test set (when the source has none) is the same for every seed
 TEST_HOLDOUT_SEED = 0
-#: which half of the four-way split the clients hold, and the generator stream of its partition
+#: which half of the four-way split the clients hold, and the random stream of its partition
 #: (the shadow data is partitioned like the target data, same N and alpha, with its own stream)
-DATA_PARTS = {"target": 3, "shadow": 5}
+DATA_PARTS = {"target": "datasets.partition", "shadow": "datasets.shadow-partition"}
 
 
 @dataclass(frozen=True)
@@ -153,7 +154,7 @@ def raw_image_split(key: ImagePlanKey) -> RawImageSplit:
     if key.num_clients > len(tt):
         raise DataError(f"num_clients ({key.num_clients}) is larger than the {train_part} samples ({len(tt)}): "
                         "use fewer clients or more data")
-    rng = np.random.default_rng([key.seed, DATA_PARTS[key.data_part]])
+    rng = streams.rng(DATA_PARTS[key.data_part], key.seed)
     clients = dirichlet_partition(y_all[tt], key.num_clients, rng, alpha=key.dirichlet_alpha, min_size=1)
     return RawImageSplit(ds, notes, x_all, y_all, x_test, y_test, parts, clients, train_part)
 

@@ -12,7 +12,7 @@ from collections.abc import Callable
 import numpy as np
 
 from datasets.base import DataError
-from registry import Registry
+from registry import Registry, streams
 
 Partitioner = Callable[..., list[np.ndarray]]
 PARTITIONERS: Registry[Partitioner] = Registry("partitioner")
@@ -78,7 +78,7 @@ def partition(name: str, labels: np.ndarray, num_clients: int, seed: int, **kwar
     """Run a registered partitioner with a generator derived from ``seed``."""
     if name not in PARTITIONERS:
         raise ValueError(f"unknown partitioner {name!r}; allowed: {sorted(PARTITIONERS)}")
-    return PARTITIONERS[name](labels, num_clients, np.random.default_rng([seed, 3]), **kwargs)
+    return PARTITIONERS[name](labels, num_clients, streams.rng("datasets.partition", seed), **kwargs)
 
 
 def class_counts(labels: np.ndarray, parts: list[np.ndarray], num_classes: int) -> np.ndarray:

@@ -6,6 +6,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from registry import streams
+
 # Seed paper, Sec. 3.1: 40,000 target-train, 5,000 target-holdout, 10,000 shadow-train,
 # 5,000 shadow-holdout out of MNIST's 60,000 training images.
 FOUR_WAY_NAMES = ("target_train", "target_holdout", "shadow_train", "shadow_holdout")
@@ -70,7 +72,7 @@ def four_way_split(labels: np.ndarray, seed: int,
     check_four_way_sizes(sizes)
     total = sum(sizes)
     fractions = [s / total for s in sizes]
-    parts = stratified_split(labels, fractions, np.random.default_rng([seed, 4]))
+    parts = stratified_split(labels, fractions, streams.rng("datasets.four-way-split", seed))
     return dict(zip(FOUR_WAY_NAMES, parts, strict=True))
 
 
@@ -86,7 +88,7 @@ def stratified_holdout(labels: np.ndarray, test_fraction: float, seed: int) -> t
     """Stratified (train_idx, test_idx) for sources that have no separate test set."""
     if not 0 < test_fraction < 1:
         raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction}")
-    test, train = stratified_split(labels, [test_fraction, 1 - test_fraction], np.random.default_rng([seed, 7]))
+    test, train = stratified_split(labels, [test_fraction, 1 - test_fraction], streams.rng("datasets.test-split", seed))
     return train, test
 
 
@@ -96,7 +98,7 @@ def subsample_stratified(labels: np.ndarray, fraction: float, seed: int) -> np.n
         raise ValueError(f"data fraction must be in (0, 1], got {fraction}")
     if fraction == 1:
         return np.arange(len(labels))
-    return stratified_split(labels, [fraction], np.random.default_rng([seed, 11]))[0]
+    return stratified_split(labels, [fraction], streams.rng("datasets.subsample", seed))[0]
 
 
 def train_and_test(x: np.ndarray, y: np.ndarray, x_test: np.ndarray | None, y_test: np.ndarray | None,

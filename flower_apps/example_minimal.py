@@ -14,7 +14,6 @@ import json
 from dataclasses import asdict
 from functools import lru_cache
 
-import numpy as np
 import torch
 from flwr.app import Context, Message, MetricRecord, RecordDict
 from flwr.serverapp import Grid
@@ -23,11 +22,11 @@ from datasets.partition import partition
 from datasets.registry import DATASETS, load_dataset
 from flower_apps.common.local_training import evaluate, train_local
 from flower_apps.common.run_record import RunRecord
-from flower_apps.common.seeding import client_generator
 from flower_apps.common.torch_utils import record_to_state, state_to_record
 from flower_apps.config import COMMON_KEYS, SHARED_KEYS, Key, KeyTable, StudySpec, noise_condition
 from models.seeded_init import seeded_init
 from privacy.randomness import NoiseSource
+from registry import streams
 from strategies.cohorts import client_ids_of, config_record, wait_for_nodes
 from strategies.observer import RoundObserver
 from strategies.records import client_key
@@ -59,7 +58,8 @@ def client_data(cfg_json: str) -> tuple[list[tuple[torch.Tensor, torch.Tensor]],
     """Per-client (x, y) of an IID split of the training images, and the test set (cached per process)."""
     cfg = ExampleConfig(**json.loads(cfg_json))
     ds = load_dataset(cfg.dataset, cfg.data_dir or None)
-    keep = np.random.default_rng([cfg.seed, 1]).permutation(len(ds.y_train))[: int(len(ds.y_train) * cfg.data_fraction)]
+    order = streams.rng("example-minimal.subsample", cfg.seed).permutation(len(ds.y_train))
+    keep = order[: int(len(ds.y_train) * cfg.data_fraction)]
     x = torch.tensor(ds.x_train[keep], dtype=torch.float32).flatten(1) / 255.0
     y = torch.tensor(ds.y_train[keep], dtype=torch.long)
     n_test = max(1, len(y) // 5)  # the last fifth of the kept (shuffled) images is the server's test set
@@ -114,7 +114,7 @@ def train(msg: Message, context: Context) -> Message:
         x, y = parts[cid]
         loss, n = train_local(model, x, y, lr=cfg.lr, momentum=0.0, weight_decay=0.0, batch_size=cfg.batch_size,
                            epochs=cfg.local_epochs,
-                           generator=client_generator(cfg.seed, int(conf["server-round"]), cid))
+                           generator=streams.torch_generator("clients.sgd", cfg.seed, int(conf["server-round"]), cid))
         out[client_key(cid)] = state_to_record(model)
         n_sum, loss_sum = n_sum + n, loss_sum + loss * n
     out["metrics"] = MetricRecord({"num-examples": n_sum, "train-loss": loss_sum / max(n_sum, 1),

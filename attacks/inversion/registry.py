@@ -18,7 +18,7 @@ import torch
 from torch import Tensor, nn
 
 from attacks.inversion.view import AdversaryView, build_model, trainable_parameters
-from registry import Registry
+from registry import Registry, streams
 
 
 def bounds_from_normalization(
@@ -176,7 +176,7 @@ register_attack = ATTACKS.decorator
 
 def restart_seeds(seed: int, restarts: int) -> list[int]:
     """Independent 32-bit seeds, one per restart, from ``SeedSequence(seed)``."""
-    return [int(s.generate_state(1)[0]) for s in np.random.SeedSequence(seed).spawn(restarts)]
+    return [int(s.generate_state(1)[0]) for s in streams.spawn("attacks.inversion-restarts", seed, restarts)]
 
 
 class BestIterate:

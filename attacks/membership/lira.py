@@ -33,6 +33,7 @@ import numpy as np
 
 from attacks.membership.features import LOG_EPS, validate_labels, validate_probs
 from attacks.membership.roc import roc_summary
+from registry import streams
 
 #: Smallest pooled / per-example SD of the OUT statistics (a constant statistic would divide by 0).
 MIN_SD = 1e-6
@@ -109,7 +110,7 @@ def reference_subsets(pool_size: int, num_reference: int, fraction: float, seed:
     size = int(round(pool_size * fraction))
     if size < 1:
         raise ValueError(f"the reference pool ({pool_size} examples x {fraction}) gives empty training sets")
-    rngs = [np.random.default_rng(s) for s in np.random.SeedSequence([seed, 17]).spawn(num_reference)]
+    rngs = [np.random.default_rng(s) for s in streams.spawn("attacks.lira-references", seed, num_reference)]
     return [np.sort(r.choice(pool_size, size=size, replace=False)) for r in rngs]
 
 

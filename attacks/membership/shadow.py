@@ -23,6 +23,7 @@ from torch import Tensor, nn
 
 from attacks.membership.features import FEATURES, fit_standardizer, standardize, validate_labels, validate_probs
 from attacks.membership.roc import roc_summary
+from registry import streams
 
 
 @torch.no_grad()
@@ -224,7 +225,7 @@ def balance_members(data: MembershipOutputs, seed: int, n_target: int | None = N
 
 def _balance_generators(seed: int) -> list[np.random.Generator]:
     # Streams 0, 1: shadow members / non-members; 2, 3: target members / non-members.
-    return [np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(4)]
+    return [np.random.default_rng(s) for s in streams.spawn("attacks.shadow-balance", seed, 4)]
 
 
 def _balance_pair(

@@ -35,6 +35,7 @@ from flower_apps.dfl_dp.data import data_key
 from flower_apps.dfl_dp.server_app import run_dir
 from models.small_cnn import SmallCNN
 from privacy.mechanisms import calibrate_sigma_abs
+from registry import streams
 
 log = logging.getLogger(__name__)
 INVERSION_ATTACKS = ("dlg", "idlg", "invgrad")
@@ -81,7 +82,7 @@ def _attack_one(job: dict) -> list[dict]:
         view = AdversaryView(factory, victim["state"], victim["gradient"], shape, plan.num_classes)
     else:
         sigma = calibrate_sigma_abs(cfg.clip_norm, cfg.num_clients, cfg.eps_cal, cfg.delta_cal) if cfg.dp else 0.0
-        g = torch.Generator().manual_seed(cfg.seed * 1000 + victim["client"])
+        g = streams.torch_generator("dfl-dp.inversion-noise", cfg.seed, victim["client"])
         update = [-cfg.lr * t for t in victim["gradient"]]
         view = view_from_noised_update(factory, victim["state"], update, lr=cfg.lr,
                                        clip_norm=cfg.clip_norm if cfg.dp else None, sigma=sigma, generator=g,

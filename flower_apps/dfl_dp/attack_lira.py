@@ -30,6 +30,7 @@ from flower_apps.common.results import atomic_write_json, read_json
 from flower_apps.dfl_dp.config import DflDpConfig
 from flower_apps.dfl_dp.data import data_key
 from models.small_cnn import SmallCNN, build_small_cnn
+from registry import streams
 
 LIRA_FILE = "attacks_lira.json"
 
@@ -62,7 +63,7 @@ class Recipe:
 
 def lira_on_plan(model: torch.nn.Module, plan: ImagePlan, recipe: Recipe, s: LiraSettings) -> dict:
     """LiRA on ``model``: target-train members vs target-holdout non-members, pool = shadow parts."""
-    rng = np.random.default_rng([s.seed, 14])
+    rng = streams.rng("dfl-dp.lira-candidates", s.seed)
     n = min(s.max_candidates, len(plan.y["target_train"]), len(plan.y["target_holdout"]))
     mi = np.sort(rng.choice(len(plan.y["target_train"]), n, replace=False))
     oi = np.sort(rng.choice(len(plan.y["target_holdout"]), n, replace=False))

@@ -11,12 +11,13 @@ from datasets.base import DataError
 from datasets.image_plan import build_image_plan
 from flower_apps.common.local_training import train_local
 from flower_apps.common.node_data import describe_reply, error_reply, is_query, node_data_path, node_name
-from flower_apps.common.seeding import client_generator
 from flower_apps.common.torch_utils import pick_device, record_to_state, state_to_record
 from flower_apps.dfl_dp.config import DflDpConfig
 from flower_apps.dfl_dp.data import data_key, node_clients
 from flower_apps.dfl_dp.victims import capture, victim_clients
+from models.seeded_init import seeded_init
 from models.small_cnn import build_small_cnn
+from registry.streams import seed_int, torch_generator
 from strategies.records import client_key
 
 
@@ -56,14 +57,16 @@ def train(msg: Message, context: Context) -> Message:
             model.load_state_dict(received)
         x, y = plan.client_data(cid)
         if cid in victims:
-            first = torch.randperm(len(x), generator=client_generator(cfg.seed, server_round, cid))[: cfg.batch_size]
+            g = torch_generator("clients.sgd", cfg.seed, server_round, cid)
+            first = torch.randperm(len(x), generator=g)[: cfg.batch_size]
             capture(out, cid, model, x, y, first, plan.client_indices[cid])
-        torch.manual_seed(client_generator(cfg.seed, server_round, cid).initial_seed())  # dropout masks
-        loss, n = train_local(
-            model, x, y, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay,
-            batch_size=cfg.batch_size, epochs=cfg.local_epochs, grad_clip=cfg.grad_clip,
-            generator=client_generator(cfg.seed, server_round, cid), device=device,
-        )
+        # dropout masks: the global generators seeded with the client's seed for this call only
+        with seeded_init(seed_int("clients.sgd", cfg.seed, server_round, cid), device=device):
+            loss, n = train_local(
+                model, x, y, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay,
+                batch_size=cfg.batch_size, epochs=cfg.local_epochs, grad_clip=cfg.grad_clip,
+                generator=torch_generator("clients.sgd", cfg.seed, server_round, cid), device=device,
+            )
         loss_sum += loss * n
         n_sum += n
         if cfg.framework == "fl":

@@ -17,6 +17,7 @@ import torch
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message, RecordDict
 
 from attacks.inversion.view import capture_single_example_gradient, trainable_parameters
+from registry import streams
 
 GRAD_PREFIX, STATE_PREFIX, META_PREFIX = "victim-grad.", "victim-state.", "victim-meta."
 
@@ -25,7 +26,7 @@ def victim_clients(seed: int, num_clients: int, count: int) -> list[int]:
     """The clients whose gradients are captured (seeded, distinct, sorted)."""
     if count <= 0:
         return []
-    return sorted(int(c) for c in np.random.default_rng([seed, 17]).choice(num_clients, count, replace=False))
+    return sorted(int(c) for c in streams.rng("dfl-dp.victims", seed).choice(num_clients, count, replace=False))
 
 
 def capture(out: RecordDict, cid: int, model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor,

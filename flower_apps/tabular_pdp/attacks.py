@@ -48,6 +48,7 @@ from flower_apps.tabular_pdp.config import TabularPdpConfig
 from flower_apps.tabular_pdp.data import client_data, data_key, model_features
 from flower_apps.tabular_pdp.model import SeverityMLP, build_model, train_local
 from flower_apps.tabular_pdp.server_app import model_path, run_dir  # model_path re-exported: where the models lie
+from registry import streams
 
 ATTACKS_FILE = "attacks.json"
 
@@ -104,7 +105,7 @@ def build_target(cfg: TabularPdpConfig, levels: tuple[int, ...], participants: l
         return client_data(key, cid, tuple(levels), cfg.k, cfg.features, cfg.test_fraction, cfg.seed,
                            cfg.poison if cid == cfg.poison_client else "none", cfg.poison_scale)
 
-    rng = np.random.default_rng([settings.seed, victim, 14])
+    rng = streams.rng("attacks.victim-candidates", settings.seed, victim)
     v = data(victim)
     n = min(settings.max_candidates, len(v.y_train), len(v.y_test))
     mi = np.sort(rng.choice(len(v.y_train), n, replace=False))
@@ -143,7 +144,7 @@ def membership_rows(model: nn.Module, t: TabularTarget, s: AttackSettings) -> li
     train = _trainer(t, s.reference_epochs)
     # Shadow model: trained on one half of the pool (its members), the other half its non-members.
     t0 = time.perf_counter()
-    half = np.random.default_rng([s.seed, 41]).permutation(len(t.y_pool))
+    half = streams.rng("attacks.shadow-halves", s.seed).permutation(len(t.y_pool))
     sin, sout = np.sort(half[: len(half) // 2]), np.sort(half[len(half) // 2:])
     shadow = train(sin, s.seed)
     sq = lambda m, x, y: (predict(m, x) - y) ** 2

@@ -28,6 +28,7 @@ from datasets.cancer import (
 )
 from datasets.node_local import NodeDataError, node_folder, read_manifest, read_table_clients
 from privacy.anonymization import QUASI_IDENTIFIERS, SUPPRESSED, LevelSearch, apply_levels, search_levels
+from registry import streams
 
 _INTERVAL = re.compile(r"^\[(-?\d+), (-?\d+)\)$")
 
@@ -76,7 +77,7 @@ def client_table(key: DataKey, cid: int) -> pd.DataFrame:
     df, _ = _table(key.dataset, key.data_dir)
     rows = df[df["Country_Region"] == names[cid]].reset_index(drop=True)
     if key.data_fraction < 1:
-        rng = np.random.default_rng([GENERATOR_SEED, cid])
+        rng = streams.rng("tabular-pdp.client-table", GENERATOR_SEED, cid)
         keep = np.sort(rng.choice(len(rows), max(1, int(round(len(rows) * key.data_fraction))), replace=False))
         rows = rows.iloc[keep].reset_index(drop=True)
     return rows
@@ -182,7 +183,7 @@ def client_data(key: DataKey, cid: int, levels: tuple[int, ...], k: int, feature
     n = len(table)
     if n < 2:
         raise ValueError(f"client {cid}: {n} record(s) left after anonymization; cannot split train/test")
-    rng = np.random.default_rng([seed, cid, 80])
+    rng = streams.rng("tabular-pdp.client-split", seed, cid)
     perm = rng.permutation(n)
     n_test = min(n - 1, max(1, int(round(n * test_fraction))))
     test, train = perm[:n_test], perm[n_test:]

@@ -5,9 +5,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from flower_apps.common import seeding
 from flower_apps.common.local_training import run_epochs
 from models.seeded_init import seeded_init
+from registry import streams
 
 
 class SeverityMLP(nn.Module):
@@ -35,7 +35,7 @@ def client_generator(seed: int, server_round: int, cid: int) -> torch.Generator:
 
     Client multiplier 1,000,003 and modulus 2**63, not the shared defaults: Table III was computed with them.
     """
-    return seeding.client_generator(seed, server_round, cid, client_multiplier=1_000_003, modulus=2**63)
+    return streams.torch_generator("tabular-pdp.client", seed, server_round, cid)
 
 
 def train_local(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, lr: float, batch_size: int, epochs: int,

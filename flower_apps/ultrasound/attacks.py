@@ -55,6 +55,7 @@ from flower_apps.common.results import atomic_write_json, read_json
 from flower_apps.ultrasound.card import CARD
 from flower_apps.ultrasound.data import UltrasoundData
 from flower_apps.ultrasound.train import predict_probs, train_local
+from registry import streams
 
 INVERSION_ATTACKS = ("dlg", "idlg", "invgrad")
 VIEWS = ("gradient", "dp-sgd")
@@ -94,7 +95,7 @@ class Recipe:
 def _candidates(data: UltrasoundData, s: UsAttackSettings):
     if not 0 <= s.victim < len(data.client_train):
         raise ValueError(f"victim must be a client in [0, {len(data.client_train)}), got {s.victim}")
-    rng = np.random.default_rng([s.seed, s.victim, 14])
+    rng = streams.rng("attacks.victim-candidates", s.seed, s.victim)
     own = data.client_train[s.victim]
     n = min(s.max_candidates, len(own), len(data.y["test"]))
     if n < 2:
@@ -125,7 +126,7 @@ def membership_rows(model: nn.Module, data: UltrasoundData, recipe: Recipe, s: U
     xm, ym, xo, yo, xp, yp = _candidates(data, s)
     cpu = torch.device("cpu")
     train = _trainer(recipe, xp, yp, s.reference_epochs)
-    half = np.random.default_rng([s.seed, 41]).permutation(len(yp))
+    half = streams.rng("attacks.shadow-halves", s.seed).permutation(len(yp))
     sin, sout = np.sort(half[: len(half) // 2]), np.sort(half[len(half) // 2:])
     t0 = time.perf_counter()
     shadow = train(sin, s.seed)
@@ -161,7 +162,7 @@ def inversion_rows(model: nn.Module, data: UltrasoundData, make_model: Callable[
     if view == "dp-sgd" and not (clip_norm and clip_norm > 0):
         raise ValueError(f"view 'dp-sgd' needs clip_norm > 0 (the run's max-grad-norm), got {clip_norm}")
     own = data.client_train[s.victim]
-    picks = np.random.default_rng([s.seed, s.victim, 99]).choice(own, min(s.victims, len(own)), replace=False)
+    picks = streams.rng("ultrasound.inversion-picks", s.seed, s.victim).choice(own, min(s.victims, len(own)), replace=False)
     state = {k: v.detach().clone() for k, v in model.state_dict().items()}
     size = data.x["train"].shape[-1]
     shape, k = (3, size, size), data.num_classes
@@ -175,7 +176,7 @@ def inversion_rows(model: nn.Module, data: UltrasoundData, make_model: Callable[
         if view == "gradient":
             v = AdversaryView(make_model, state, grad, shape, k)
         else:  # DP-SGD for a batch of one: clip the per-sample gradient to C, add N(0, (z C)^2); lr 1 -> u = -g
-            g = torch.Generator().manual_seed(s.seed * 1000 + j)
+            g = streams.torch_generator("ultrasound.inversion-noise", s.seed, j)
             v = view_from_noised_update(make_model, state, [-t for t in grad], lr=1.0, clip_norm=clip_norm,
                                         sigma=noise_multiplier * clip_norm, generator=g, input_shape=shape,
                                         num_classes=k)

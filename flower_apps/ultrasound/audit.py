@@ -60,13 +60,13 @@ from flower_apps.ultrasound.study import CANARY_KINDS
 from flower_apps.ultrasound.train import predict_probs
 from privacy.audit.example_level import audit_from_scores, epsilon_lower_bound, inclusion_bits, k_choices
 from privacy.audit.verdict import ALPHA, decide
+from registry import streams
 from strategies.wrapper import StrategyWrapper
 
 AUDITED_CLIENT = 0
 DEFAULT_CANARIES = 32  # smoke / CPU scale: BUSI clients hold ~40-160 images; more canaries would swamp them
 CONFIDENCE = 0.95
 AUDIT_RECORD = "audit"  # the reply's ConfigRecord the auditor reads (and removes before aggregation)
-_SEED_TAG = 0xA0D17  # separates the canary stream from every other use of the run seed
 
 
 @dataclass(frozen=True)
@@ -94,7 +94,7 @@ class AuditRequest:
         return inclusion_bits(self.canaries, self._rng())
 
     def _rng(self) -> np.random.Generator:
-        return np.random.default_rng([_SEED_TAG, self.seed])
+        return streams.rng("ultrasound.audit-canaries", self.seed)
 
 
 @dataclass

@@ -18,6 +18,7 @@ from datasets.busi import TASKS, UltrasoundImages, global_splits, load_ultrasoun
 from datasets.partition import partition
 from datasets.transforms import IDENTITY_PROFILE, ScannerProfile, preprocess_many, scanner_profiles
 from datasets.ultrasound_partition import client_validation_sets, partition_table
+from registry import streams
 
 log = logging.getLogger(__name__)
 
@@ -130,8 +131,8 @@ def build_data(key: DataKey) -> UltrasoundData:
     else:
         clients = partition("iid", ytr, key.num_clients, key.seed)
     vals = client_validation_sets(np.arange(len(y["val"])), np.array([len(c) for c in clients]),
-                                  np.random.default_rng([key.seed, 23]))
-    profiles = (scanner_profiles(key.num_clients, np.random.default_rng([key.seed, 31]), key.feature_skew)
+                                  streams.rng("ultrasound.partition", key.seed))
+    profiles = (scanner_profiles(key.num_clients, streams.rng("ultrasound.scanner-profiles", key.seed), key.feature_skew)
                 if feature_skew else [IDENTITY_PROFILE] * key.num_clients)
     notes = list(src.notes) + [f"task {task.name}: {len(ytr)} train / {len(y['val'])} val / {len(y['test'])} test"]
     if key.data_fraction < 1:
@@ -165,7 +166,7 @@ def validate_data(cfg) -> UltrasoundData | None:  # cfg: UltrasoundConfig
 def _profiles(key: DataKey) -> list[ScannerProfile]:
     """Per-client scanner profiles: drawn from the seed alone (no data), identical on every node."""
     feature_skew = PARTITION_KINDS[key.partition][2]
-    return (scanner_profiles(key.num_clients, np.random.default_rng([key.seed, 31]), key.feature_skew)
+    return (scanner_profiles(key.num_clients, streams.rng("ultrasound.scanner-profiles", key.seed), key.feature_skew)
             if feature_skew else [IDENTITY_PROFILE] * key.num_clients)
 
 
@@ -269,7 +270,7 @@ def coordinator_data(cfg, sizes: dict[int, int], label_counts: dict[int, list[in
     if int(ends[-1]) != len(y_train):
         raise DataError(f"the nodes' reported sizes ({int(ends[-1])}) and label counts ({len(y_train)}) disagree")
     vals = client_validation_sets(np.arange(len(y["val"])), np.array([len(c) for c in clients]),
-                                  np.random.default_rng([key.seed, 23]))
+                                  streams.rng("ultrasound.partition", key.seed))
     x["train"], y["train"] = torch.zeros((0, key.image_size, key.image_size), dtype=torch.uint8), torch.from_numpy(y_train)
     notes = [f"node-local deployment: {len(y_train)} train images on the nodes; test/val from {root}"]
     return UltrasoundData(f"node-local ({cfg.dataset})", False, notes, task.class_names, x, y, clients, vals,

@@ -27,17 +27,16 @@ from flwr.app import ConfigRecord
 
 from privacy.audit.example_level import gradient_canary_verdict
 from privacy.dpsgd import DpSgdEvent, GradientCanaries, rdp_epsilon
+from registry import streams
 
 DEFAULT_GRADIENT_CANARIES = 256  # Dirac coordinates are free: 128 held out measure the noise 128 times per step
-_SEED_TAG = 0xA0D17  # the audit's stream (as flower_apps.ultrasound.audit)
-_COORDS, _STEPS = 1, 2  # sub-streams: canary coordinates (fixed over rounds), per-round step sampling
 RECORD_KEYS = frozenset({"projections", "sampled", "steps-observed", "canaries", "sample-rate", "accountant-steps"})
 
 
 def gradient_canaries(req, server_round: int, clip_norm: float) -> GradientCanaries:
     """The audited client's canaries of one round: the server's coin flips, fixed coordinates, the round's sampling."""
-    return GradientCanaries(req.included(), clip_norm, np.random.default_rng([_SEED_TAG, req.seed, _COORDS]),
-                            np.random.default_rng([_SEED_TAG, req.seed, _STEPS, int(server_round)]))
+    return GradientCanaries(req.included(), clip_norm, streams.rng("ultrasound.audit-coords", req.seed),
+                            streams.rng("ultrasound.audit-steps", req.seed, int(server_round)))
 
 
 def gradient_record(gc: GradientCanaries, accountant_steps: int) -> ConfigRecord:

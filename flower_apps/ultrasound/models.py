@@ -23,6 +23,7 @@ import torch
 from torch import nn
 
 from flower_apps.ultrasound.pretrained import load_lite0_imagenet
+from models.seeded_init import seeded_init
 from privacy.dpsgd import make_opacus_compatible, train_last_groups
 
 log = logging.getLogger(__name__)
@@ -166,8 +167,7 @@ def create_model(arch: str, num_classes: int, image_size: int, *, dp: bool, pret
         raise ValueError(f"unknown head init {head_init!r}; allowed: {list(HEAD_INITS)}")
     kw = _kwargs(arch, num_classes, image_size)
     loaded = None
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)  # the head (and everything, without weights) is seeded
+    with seeded_init(seed):  # the head (and everything, without weights) is seeded; global generators untouched
         if pretrained:
             loaded, source = _load_pretrained(arch, kw, weights_dir)
         else:

@@ -19,11 +19,11 @@ import torch
 from torch import nn
 
 from datasets.transforms import ScannerProfile, to_model_input, uint8_to_unit
-from flower_apps.common import seeding
 from flower_apps.ultrasound.features import cached_features, frozen_trunk, trainable_head
 from flower_apps.ultrasound.metrics import classification_metrics
 from privacy.dpsgd import GradientCanaries, ghost_clipping_backward, ghost_targets, make_private, unwrap
 from privacy.randomness import NoiseSource
+from registry import streams
 
 LR_MILESTONES = (0.5, 0.8)  # fractions of the rounds after which the lr is multiplied by LR_DECAY
 LR_DECAY = 0.1
@@ -162,8 +162,8 @@ def train_local(
         if feats is not None:
             trained = head
     opt: torch.optim.Optimizer = torch.optim.Adam(params, lr=lr_for_epoch(1))
-    g_data = torch.Generator().manual_seed(seed)
-    g_aug = torch.Generator().manual_seed(seed + 7)
+    g_data = streams.torch_generator("ultrasound.batches", seed)
+    g_aug = streams.torch_generator("ultrasound.augmentation", seed)
     loss_fn: nn.Module = nn.CrossEntropyLoss()
     net: nn.Module = model
     pt = None
@@ -260,4 +260,4 @@ def client_seed(seed: int, server_round: int, client_id: int) -> int:
 
     Reduced mod 2**62 (the shared derivation leaves it unreduced): the published runs used this seed.
     """
-    return seeding.client_seed(seed, server_round, client_id, modulus=2**62)
+    return streams.seed_int("ultrasound.client", seed, server_round, client_id)

@@ -49,7 +49,7 @@ from flower_apps.unlinkable_dfl.node import (
 from strategies.cohorts import client_ids_of
 from strategies.records import client_key
 
-STREAM_QUANT, STREAM_SENDS, STREAM_BYZ = 1, 2, 3
+STREAM_QUANT, STREAM_SENDS, STREAM_BYZ = "unlinkable-dfl.quantization", "unlinkable-dfl.sends", "unlinkable-dfl.byzantine-values"
 
 
 def _model_for(cfg: UdflConfig, plan):

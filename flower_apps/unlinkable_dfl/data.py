@@ -20,6 +20,7 @@ from datasets.splits import train_and_test
 from datasets.transforms import normalize_images
 from flower_apps.common.node_data import ImageNode, read_image_node
 from flower_apps.common.node_data import image_shape as _image_shape
+from registry import streams
 
 log = logging.getLogger(__name__)
 TEST_HOLDOUT_SEED = 0  # the held-out test set (when the source has none) is the same for every seed
@@ -90,9 +91,9 @@ def raw_split(key: DataKey) -> RawSplit:
     notes = list(ds.notes) + done
     if key.num_nodes > len(y):
         raise ValueError(f"num-clients ({key.num_nodes}) is larger than the training samples ({len(y)})")
-    parts = dirichlet_partition(y, key.num_nodes, np.random.default_rng([key.seed, 3]), alpha=key.alpha, min_size=1)
+    parts = dirichlet_partition(y, key.num_nodes, streams.rng("datasets.partition", key.seed), alpha=key.alpha, min_size=1)
     # A fixed class-mixed order of the test set, so that a prefix is a fair evaluation subset.
-    order = np.random.default_rng([TEST_HOLDOUT_SEED, 5]).permutation(len(y_test))
+    order = streams.rng("unlinkable-dfl.eval-order", TEST_HOLDOUT_SEED).permutation(len(y_test))
     if ds.reduced:
         log.warning("REDUCED DATASET %s: %s", ds.name, "; ".join(notes))
     return RawSplit(ds.name, notes, ds.num_classes, ds.image_shape, tuple(ds.mean), tuple(ds.std), x, y,

@@ -30,6 +30,7 @@ from mixnet import MixnetConfig, Simulator
 from mixnet.messages import fragment_capacity
 from mixnet.metrics import h_path, h_relay, relay_mapping_entropy, relay_min_entropy
 from mixnet.theory import ideal_relay_min_entropy, path_length_prior, theory_row
+from registry import streams
 
 COMPROMISED = (0.1, 0.25)  # Corollary 1: fractions of colluding relays tabulated beside the measurement
 
@@ -96,7 +97,7 @@ def linking_scores(sim: Simulator, ids: list[bytes], seed: int = 0) -> dict[str,
     pairs = {(records[m].src, records[m].dst) for m in ids}
     targets = fragment_targets(view, truth, pairs)
     if len(targets) > MAX_TARGETS:
-        pick = np.random.default_rng([seed, 9]).choice(len(targets), MAX_TARGETS, replace=False)
+        pick = streams.rng("unlinkable-dfl.linking-targets", seed).choice(len(targets), MAX_TARGETS, replace=False)
         targets = [targets[k] for k in sorted(pick)]
     frames = [t.frame for t in targets]
     cfg = sim.config
@@ -111,7 +112,7 @@ def linking_scores(sim: Simulator, ids: list[bytes], seed: int = 0) -> dict[str,
     out["aware_relay_h_inf_bits"] = aware_relay.h_inf_bits
     h_trace = {"agnostic": relay.h_inf_bits, "aware": aware_relay.h_inf_bits}
     for name, nbrs in (("agnostic", None), ("aware", view.neighbours())):
-        guesses = flow_correlation_attack(view, frames, nbrs, np.random.default_rng([seed, 10]))
+        guesses = flow_correlation_attack(view, frames, nbrs, streams.rng("unlinkable-dfl.flow-correlation", seed))
         for k, v in score_linking(guesses, targets).as_dict().items():
             out[f"{name}_{k}"] = v
         if not guesses:

@@ -2,8 +2,8 @@
 
 The ClientApp calls these functions; tests call them directly. Training and evaluation are
 :mod:`flower_apps.common.local_training` (plain SGD, as in dfl-dp without clipping); the
-batch-order generator is :mod:`flower_apps.common.seeding`'s default derivation (dfl-dp's,
-which this study's published numbers used).
+batch-order generator is the shared per-client stream ``clients.sgd`` of :mod:`registry.streams`
+(dfl-dp's derivation, which this study's published numbers used).
 """
 
 from __future__ import annotations
@@ -11,14 +11,14 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import torch
 
 from flower_apps.common.local_training import evaluate, train_local
-from flower_apps.common.seeding import client_generator as torch_generator
-from flower_apps.common.seeding import stream_rng
 from flower_apps.unlinkable_dfl.fragment_pool import AggregationStats, FragmentPool, frag_fedavg, frag_krum
 from mixnet.constants import PacketFormat
 from mixnet.messages import fragment_capacity
 from privacy.fragments import FragmentLayout, encode, layout_for, split
+from registry import streams
 
 # Re-exported for the ClientApp: the shared learner and the batch-order generator.
 __all__ = ["aggregate", "choose_sends", "corrupt", "encode_state", "evaluate", "fragment_layout", "node_generator",
@@ -81,6 +81,12 @@ def aggregate(local: np.ndarray, layout: FragmentLayout, round_: int, payloads: 
     raise ValueError(f"aggregator must be 'fedavg' or 'krum', got {aggregator!r}")
 
 
-def node_generator(seed: int, round_: int, node: int, stream: int) -> np.random.Generator:
-    """Per (seed, round, node, purpose) generator: same seed, same fragments and choices."""
-    return stream_rng(seed, round_, node, stream)
+def node_generator(seed: int, round_: int, node: int, stream: str) -> np.random.Generator:
+    """Per (seed, round, node, purpose) generator: ``stream`` names an ``unlinkable-dfl.*`` stream of
+    :mod:`registry.streams` keyed by (seed, round, node); same seed, same fragments and choices."""
+    return streams.rng(stream, seed, round_, node)
+
+
+def torch_generator(seed: int, round_: int, node: int) -> torch.Generator:
+    """Batch order of a node's local training in a round (the shared stream ``clients.sgd``)."""
+    return streams.torch_generator("clients.sgd", seed, round_, node)

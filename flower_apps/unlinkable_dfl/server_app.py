@@ -46,6 +46,7 @@ from flower_apps.unlinkable_dfl.models import build_model, shareable_keys, state
 from flower_apps.unlinkable_dfl.node import fragment_layout
 from flower_apps.unlinkable_dfl.world import MEANINGFUL, World, honest_mean
 from mixnet.metrics import h_path, h_relay
+from registry import streams
 from strategies.cohorts import build_train_messages, exchange, plan_cohorts, planned_clients, wait_for_nodes
 from strategies.records import client_key
 from strategies.reply_rules import ReplyRules
@@ -65,7 +66,9 @@ def is_complete(cfg: UdflConfig) -> bool:
 
 def _byzantine_nodes(cfg: UdflConfig) -> set[int]:
     k = int(round(cfg.byzantine_fraction * cfg.num_nodes))
-    return set(np.random.default_rng([cfg.seed, 17]).choice(cfg.num_nodes, k, replace=False).tolist()) if k else set()
+    if not k:
+        return set()
+    return set(streams.rng("unlinkable-dfl.byzantine-nodes", cfg.seed).choice(cfg.num_nodes, k, replace=False).tolist())
 
 
 def _node_local_cohorts(nodes: list[int], placement: dict[int, int], per_message: int) -> list[tuple[int, list[int]]]:

@@ -22,12 +22,12 @@ from datasets.base import DataError
 from datasets.cancer import RISK_FACTORS, TARGET, load_cancer
 from flower_apps.common.report_card import summary_card
 from flower_apps.common.run_record import RunRecord
-from flower_apps.common.seeding import client_generator, stream_rng
 from flower_apps.common.torch_utils import record_to_state, state_to_record
 from flower_apps.config import COMMON_KEYS, SHARED_KEYS, Key, KeyTable, StudySpec, noise_condition
 from models.seeded_init import seeded_init
 from privacy.randomness import NoiseSource
 from privacy.tabular_accounting import client_budgets
+from registry import streams
 from strategies.cohorts import client_ids_of, config_record, wait_for_nodes
 from strategies.fixed_cohort import FixedCohort
 from strategies.server_fixed_clipping import ServerSideFixedClipping
@@ -44,7 +44,8 @@ PRESETS = {"smoke": {"dataset": "cancer-synthetic", "num-clients": 10, "num-roun
                      "data-fraction": 0.1}}
 FedProxRun = KEYS.config_class("FedProxRun", run_name=("exb-mu", "exb-noise-multiplier"))
 FEATURES = (*RISK_FACTORS, "Age")
-STREAM_SPLIT, STREAM_NOISE = 1, 0xE8B  # this study's random streams (flower_apps.common.seeding, privacy.randomness)
+SPLIT = streams.register(streams.Stream(f"{STUDY}.split", ("seed", 1), doc="test rows"))  # this study's random stream
+STREAM_NOISE = 0xE8B  # its server's DP noise stream (privacy.randomness, secret)
 _DATA: dict[str, tuple] = {}
 
 
@@ -57,7 +58,7 @@ def data(cfg: FedProxRun) -> tuple[list[tuple[torch.Tensor, torch.Tensor]], torc
         x = torch.tensor(((df[list(FEATURES)] - df[list(FEATURES)].mean()) / df[list(FEATURES)].std()).to_numpy(),
                          dtype=torch.float32)
         y = torch.tensor(df[TARGET].to_numpy(), dtype=torch.float32)[:, None]
-        test = stream_rng(cfg.seed, STREAM_SPLIT).random(len(df)) < 0.2
+        test = streams.rng(SPLIT.name, cfg.seed).random(len(df)) < 0.2
         countries = sorted(df["Country_Region"].unique())[: cfg.num_clients]
         if len(countries) < cfg.num_clients:
             raise DataError(f"num-clients {cfg.num_clients}: the table has {len(countries)} countries (one client each)")
@@ -117,7 +118,7 @@ def train(msg: Message, context: Context) -> Message:
     model.load_state_dict(record_to_state(msg.content["arrays"]))
     w0 = [p.detach().clone() for p in model.parameters()]
     opt, mu = torch.optim.SGD(model.parameters(), lr=cfg.lr), float(conf["proximal-mu"])
-    gen, loss_sum = client_generator(cfg.seed, int(conf["server-round"]), cid), 0.0
+    gen, loss_sum = streams.torch_generator("clients.sgd", cfg.seed, int(conf["server-round"]), cid), 0.0
     for _ in range(cfg.local_epochs):
         for idx in torch.randperm(len(y), generator=gen).split(cfg.batch_size):
             opt.zero_grad()

@@ -19,10 +19,10 @@ from datasets.registry import load_dataset
 from flower_apps.common.local_training import evaluate, train_local
 from flower_apps.common.report_card import summary_card
 from flower_apps.common.run_record import RunRecord
-from flower_apps.common.seeding import client_generator, stream_rng
 from flower_apps.common.torch_utils import record_to_state, state_to_record
 from flower_apps.config import COMMON_KEYS, SHARED_KEYS, Key, KeyTable, StudySpec
 from models.seeded_init import seeded_init
+from registry import streams
 from strategies.cohorts import client_ids_of, config_record, wait_for_nodes
 from strategies.observer import RoundObserver
 from strategies.records import client_key
@@ -37,7 +37,7 @@ KEYS = KeyTable(STUDY, (
 PRESETS = {"smoke": {"dataset": "fashion-mnist", "data-fraction": 0.05, "num-clients": 6, "num-rounds": 2,
                      "clients-per-message": 3, "lr": 0.05, "batch-size": 32}}
 SeqDflRun = KEYS.config_class("SeqDflRun", run_name=("dirichlet-alpha",))
-STREAM_SUBSET = 1  # this study's one random stream besides the clients' (flower_apps.common.seeding)
+SUBSET = streams.register(streams.Stream(f"{STUDY}.subset", ("seed", 1), doc="data-fraction subsample"))  # registry.streams
 
 
 def to_json(cfg: SeqDflRun) -> str:
@@ -57,7 +57,7 @@ def data(cfg_json: str) -> tuple[list[tuple[torch.Tensor, torch.Tensor]], torch.
 
 def _load(cfg: SeqDflRun) -> tuple[list[tuple[torch.Tensor, torch.Tensor]], torch.Tensor, torch.Tensor]:
     ds = load_dataset(cfg.dataset, cfg.data_dir or None)  # DataError names missing files, before any work
-    keep = stream_rng(cfg.seed, STREAM_SUBSET).permutation(len(ds.y_train))[: int(len(ds.y_train) * cfg.data_fraction)]
+    keep = streams.rng(SUBSET.name, cfg.seed).permutation(len(ds.y_train))[: int(len(ds.y_train) * cfg.data_fraction)]
     x, y = torch.tensor(ds.x_train[keep], dtype=torch.float32).flatten(1) / 255, torch.tensor(ds.y_train[keep])
     parts = partition("dirichlet", y.numpy(), cfg.num_clients, cfg.seed, alpha=cfg.dirichlet_alpha)
     xt = torch.tensor(ds.x_test[:2000], dtype=torch.float32).flatten(1) / 255
@@ -99,8 +99,9 @@ def train(msg: Message, context: Context) -> Message:
     model.load_state_dict(record_to_state(msg.content["arrays"]))
     ids, n_sum, loss_sum = client_ids_of(conf), 0, 0.0
     for cid in ids:
+        g = streams.torch_generator("clients.sgd", cfg.seed, int(conf["server-round"]), cid)
         loss, n = train_local(model, *parts[cid], lr=cfg.lr, momentum=0.0, weight_decay=0.0, batch_size=cfg.batch_size,
-                              epochs=cfg.local_epochs, generator=client_generator(cfg.seed, int(conf["server-round"]), cid))
+                              epochs=cfg.local_epochs, generator=g)
         n_sum, loss_sum = n_sum + n, loss_sum + loss * n
     out = RecordDict({client_key(ids[-1]): state_to_record(model), "metrics": MetricRecord(
         {"num-examples": n_sum, "train-loss": loss_sum / n_sum, "client-ids": ids})})

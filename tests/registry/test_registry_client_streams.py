@@ -1,4 +1,4 @@
-"""flower_apps.common.seeding reproduces each study's old per-client derivation exactly.
+"""registry.streams' per-client streams reproduce each study's old per-client derivation exactly.
 
 The published tables were computed with these formulas (copied here as they were before the
 shared helper); a study's numbers change if its generator does.
@@ -12,11 +12,15 @@ import numpy as np
 import pytest
 import torch
 
-from flower_apps.common.seeding import client_generator, client_seed, stream_rng
-from flower_apps.common.seeding import client_generator as dfl_client_generator
 from flower_apps.tabular_pdp.model import client_generator as tabular_client_generator
 from flower_apps.ultrasound.train import client_seed as ultrasound_client_seed
 from flower_apps.unlinkable_dfl.node import node_generator, torch_generator
+from registry.streams import ClientSeed, seed_int
+from registry.streams import torch_generator as stream_generator
+
+
+def dfl_client_generator(seed: int, r: int, c: int) -> torch.Generator:  # what dfl-dp's ClientApp draws
+    return stream_generator("clients.sgd", seed, r, c)
 
 CASES = list(itertools.product((0, 7, 2**31 - 1, 10**9), (0, 500), (3, 10**4)))
 
@@ -56,16 +60,20 @@ def test_every_study_keeps_its_derivation(seed, r, c):
     assert ultrasound_client_seed(seed, r, c) == _old_ultrasound(seed, r, c)
 
 
-def test_unlinkable_node_streams_are_numpy_seed_sequences_of_the_whole_key():
-    for key in [(0, 1, 2, 3), (5, 0, 31, 7), (2**40, 3, 1, 0)]:
-        old = np.random.default_rng(list(key))  # flower_apps/unlinkable_dfl/node.py
-        assert np.array_equal(node_generator(*key).integers(0, 2**62, 20), old.integers(0, 2**62, 20))
-        assert np.array_equal(stream_rng(*key).random(5), np.random.default_rng(list(key)).random(5))
+@pytest.mark.parametrize("name, tag", [("unlinkable-dfl.quantization", 1), ("unlinkable-dfl.sends", 2),
+                                       ("unlinkable-dfl.byzantine-values", 3)])
+def test_unlinkable_node_streams_are_numpy_seed_sequences_of_the_whole_key(name, tag):
+    from flower_apps.unlinkable_dfl import client_app
+
+    assert name in (client_app.STREAM_QUANT, client_app.STREAM_SENDS, client_app.STREAM_BYZ)
+    for seed, r, node in [(0, 1, 2), (5, 0, 31), (2**40, 3, 1)]:
+        old = np.random.default_rng([seed, r, node, tag])  # flower_apps/unlinkable_dfl/node.py, before the registry
+        assert np.array_equal(node_generator(seed, r, node, name).integers(0, 2**62, 20), old.integers(0, 2**62, 20))
 
 
 def test_hand_computed_seed_and_distinct_clients():
-    assert client_seed(2, 3, 4) == (2 * 1_000_003 + 3) * 10_007 + 4 == 20_014_090_067
-    assert client_seed(2, 3, 4, client_multiplier=1_000_003, modulus=97) == ((2 * 1_000_003 + 3) * 1_000_003 + 4) % 97
-    seeds = {client_seed(s, r, c) for s in range(3) for r in range(5) for c in range(100)}
+    assert seed_int("clients.sgd", 2, 3, 4) == (2 * 1_000_003 + 3) * 10_007 + 4 == 20_014_090_067
+    assert ClientSeed(1_000_003, 97)(2, 3, 4) == ((2 * 1_000_003 + 3) * 1_000_003 + 4) % 97
+    seeds = {seed_int("clients.sgd", s, r, c) for s in range(3) for r in range(5) for c in range(100)}
     assert len(seeds) == 3 * 5 * 100
-    assert client_generator(1, 2, 3).initial_seed() == client_seed(1, 2, 3)
+    assert stream_generator("clients.sgd", 1, 2, 3).initial_seed() == seed_int("clients.sgd", 1, 2, 3)
