@@ -393,15 +393,22 @@ class StudySpec:
     """What the router needs to know about a study."""
 
     name: str
-    action: str  # ClientApp action: messages are of type "train.<action>"
+    action: str  # ClientApp action: its messages are "train.<action>", "evaluate.<action>", "query.<action>"
     keys: KeyTable
     presets: dict[str, dict[str, Any]]
     build_config: Any  # Callable[[dict], frozen dataclass], raises ConfigError
     server_main: Any  # Callable[[Grid, config], dict]  (returns the run summary)
-    client_train: Any  # Callable[[Message, Context], Message]
+    client_train: Any  # Callable[[Message, Context], Message]: "train.<action>" (train, reply with models)
     # Callable[[config], int]: the SuperNodes a run needs (simulations start that many); default_nodes
     nodes: Any = None
     card: Any = None  # flower_apps.common.report_card.CardSpec: the study's report card (python -m flower_apps.report)
+    client_evaluate: Any = None  # "evaluate.<action>": score the received model (None: the study sends none)
+    client_query: Any = None  # "query.<action>": report something, train nothing (node-data discovery, ...)
+
+    def handlers(self) -> dict[str, Any]:
+        """Flower message type (``train`` / ``evaluate`` / ``query``) -> the study's ClientApp handler."""
+        return {kind: fn for kind, fn in (("train", self.client_train), ("evaluate", self.client_evaluate),
+                                          ("query", self.client_query)) if fn is not None}
 
     def nodes_needed(self, cfg: Any) -> int:
         """SuperNodes a run of ``cfg`` needs: the study's ``nodes`` rule, else :func:`default_nodes`."""

@@ -1,10 +1,13 @@
 """Root ServerApp/ClientApp: dispatch on ``study`` to the pair in ``flower_apps/<study>/``.
 
 ServerApp: resolve and validate the run config (before any training), then hand the
-study's frozen config to its ``server_main``. ClientApp: each study registers one train
-action; messages of type ``train.<action>`` reach that study's handler. Clients read
-their settings from the message, never from ``context.run_config``, so the same
-ClientApp serves flwr run, in-process simulation, sweeps and deployments.
+study's frozen config to its ``server_main``. ClientApp: each study registers one action and a
+handler per Flower message type it answers (``StudySpec.handlers``): ``train.<action>`` reaches
+its ``client_train``, ``evaluate.<action>`` its ``client_evaluate``, ``query.<action>`` its
+``client_query``; a type it registers no handler for is refused by Flower's ClientApp ("No
+evaluate function registered ..."), never routed to another handler. Clients read their
+settings from the message, never from ``context.run_config``, so the same ClientApp serves
+flwr run, in-process simulation, sweeps and deployments.
 """
 
 from __future__ import annotations
@@ -85,11 +88,18 @@ def make_server_app(overrides: dict[str, Any] | None = None) -> ServerApp:
     return app
 
 
+def register_handlers(app: ClientApp, spec) -> None:
+    """Register ``spec``'s handlers on ``app``, each under its message type and the study's action."""
+    decorators = {"train": app.train, "evaluate": app.evaluate, "query": app.query}
+    for kind, handler in spec.handlers().items():
+        decorators[kind](spec.action)(handler)
+
+
 def make_client_app() -> ClientApp:
-    """The ClientApp with one train action per registered study."""
+    """The ClientApp with each registered study's handlers (train, and evaluate / query where it has them)."""
     app = ClientApp()
     for spec in STUDIES.values():
-        app.train(spec.action)(spec.client_train)
+        register_handlers(app, spec)
     return app
 
 

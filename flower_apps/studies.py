@@ -6,7 +6,8 @@ A study is a package ``flower_apps/<pkg>/`` with:
   :class:`flower_apps.config.KeyTable`: the one declaration of each run key it adds);
   it imports nothing else of its package, so ``config.py`` can read the keys without a cycle;
 * ``config.py``: ``PRESETS`` and ``build_config`` (the cross-field rules and the frozen dataclass);
-* ``server_app.py``: ``server_main``; ``client_app.py``: ``train``;
+* ``server_app.py``: ``server_main``; ``client_app.py``: ``train`` (the ``train.<action>`` handler) and,
+  where the study sends them, ``evaluate`` (``evaluate.<action>``) and ``query`` (``query.<action>``);
 * optional: ``nodes_needed(cfg)`` in ``config.py`` (the SuperNodes a run needs; default
   ``ceil(num_clients / clients_per_message)``) and ``card.py`` with ``CARD`` (its report card,
   :class:`flower_apps.common.report_card.CardSpec`; ``python -m flower_apps.report`` lists it).
@@ -20,6 +21,7 @@ import contextlib
 import importlib
 import importlib.util
 from collections.abc import Iterator
+from typing import Any
 
 from flower_apps.config import COMMON_KEYS, DECLARED, RUN_CONFIG_DEFAULTS, StudySpec
 
@@ -76,7 +78,21 @@ def load_study(pkg: str) -> StudySpec:
     card = (importlib.import_module(f"flower_apps.{pkg}.card").CARD
             if importlib.util.find_spec(f"flower_apps.{pkg}.card") is not None else None)
     return StudySpec(study.STUDY, study.ACTION, study.KEYS, config.PRESETS, config.build_config,
-                     server_app.server_main, client_app.train, nodes=getattr(config, "nodes_needed", None), card=card)
+                     server_app.server_main, client_app.train, nodes=getattr(config, "nodes_needed", None), card=card,
+                     client_evaluate=_handler(client_app, "evaluate"), client_query=_handler(client_app, "query"))
+
+
+def _handler(module: Any, kind: str) -> Any:
+    """``module.<kind>`` (the ``evaluate`` / ``query`` handler) when the module defines one, else None.
+
+    A function of that name imported from elsewhere is refused, not registered: it would answer
+    ``<kind>.<action>`` messages without being a handler (import it under another name).
+    """
+    fn = getattr(module, kind, None)
+    if fn is not None and getattr(fn, "__module__", None) != module.__name__:
+        raise TypeError(f"{module.__name__}.{kind} is {fn.__module__}.{kind}, not a {kind} handler defined there; "
+                        f"import it under another name")
+    return fn
 
 
 def _register_builtin() -> None:

@@ -1,9 +1,10 @@
 """Generic Flower Message-API strategies, named by mechanism (study glue lives in flower_apps/<study>/).
 
-- Addressing logical clients (one convention for every study): ``cohorts`` (plan cohorts, build
-  ``train.<action>`` messages with ``client-ids``, check replies against the plan, one exchange
-  loop), ``transport`` (fast polling), ``records`` (record keys), ``fixed_cohort`` (a fixed cohort
-  for Flower's FedAvg family).
+- Addressing logical clients (one convention for every study): ``cohorts`` (plan cohorts, round-robin
+  or from a node-local placement, build ``train`` / ``evaluate`` / ``query.<action>`` messages with
+  ``client-ids``, check replies against the plan and their type, one exchange loop), ``transport``
+  (fast polling), ``records`` (record keys), ``fixed_cohort`` (a fixed cohort for Flower's FedAvg
+  family).
 - Round patterns: ``base`` (``PatternStrategy``: the grid view a round uses), ``fedavg_equal``
   (FL, equal client weights), ``fedavg_examples`` (FedAvg weighted by examples), ``sequential``
   (token passing); ``registry`` maps framework names to them. Every plan-checked layer keeps the

@@ -16,7 +16,7 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Result, Strategy
 from threadpoolctl import threadpool_limits
 
-from strategies.cohorts import PlanChecked, build_train_messages, plan_cohorts
+from strategies.cohorts import PlanChecked, build_messages, plan_cohorts
 from strategies.layer import Layer, start_rounds
 from strategies.transport import send_and_receive
 
@@ -84,7 +84,12 @@ class LogicalClientStrategy(PlanChecked, PatternStrategy):
     client_ids : the logical clients taking part every round.
     action : ClientApp action that trains them (message type ``train.<action>``).
     clients_per_message : logical clients packed in one message (transport only: same math).
+
+    ``placement`` (logical client -> node id; None in a simulation) is the explicit plan of a
+    node-local deployment: each message goes to the node holding its clients (strategies.cohorts).
     """
+
+    placement: dict[int, int] | None = None
 
     def __init__(self, client_ids: list[int], action: str, clients_per_message: int = 1) -> None:
         self.client_ids = list(client_ids)
@@ -94,5 +99,5 @@ class LogicalClientStrategy(PlanChecked, PatternStrategy):
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
                         grid: Grid) -> Iterable[Message]:
         config["server-round"] = server_round
-        plan = plan_cohorts(self.client_ids, list(grid.get_node_ids()), self.clients_per_message)
-        return self.remember(build_train_messages(plan, arrays, config, self.action))
+        plan = plan_cohorts(self.client_ids, list(grid.get_node_ids()), self.clients_per_message, self.placement)
+        return self.remember(build_messages(plan, arrays, config, self.action))

@@ -1,10 +1,19 @@
-"""Which node plays which logical clients, and how messages are built for them."""
+"""Which node plays which logical clients, and how messages are built for them.
+
+The one addressing module: :func:`plan_cohorts` says which node each message goes to (round-robin over
+the connected SuperNodes in a simulation; with node-local data, the node that holds the clients, from
+the explicit ``placement`` the describe round found, flower_apps.common.node_data), and
+:func:`build_messages` builds one message per planned (node, clients) entry, of Flower's message type
+for what it asks: ``train.<action>`` (train and return a model), ``evaluate.<action>`` (score the
+received model), ``query.<action>`` (report something; trains nothing). A reply must carry the type of
+the message it answers (:func:`check_replies`).
+"""
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
 from flwr.app import ArrayRecord, ConfigRecord, Error, Message, MessageType, RecordDict
@@ -17,16 +26,35 @@ from strategies.reply_rules import DEFAULT_RULES, ReplyRules, reply_problem
 _log = logging.getLogger(__name__)
 
 
-def plan_cohorts(client_ids: list[int], node_ids: list[int], clients_per_message: int) -> list[tuple[int, list[int]]]:
-    """Pack logical clients, in order, into messages of ``clients_per_message`` clients.
+def plan_cohorts(client_ids: list[int], node_ids: list[int], clients_per_message: int,
+                 placement: Mapping[int, int] | None = None) -> list[tuple[int, list[int]]]:
+    """Pack logical clients, in order, into messages of at most ``clients_per_message`` clients.
 
-    Message j goes to node ``node_ids[j % len(node_ids)]`` (sorted ids, so the mapping is
-    reproducible). With one client per message and as many nodes as clients, every logical
-    client is its own SuperNode, as in the paper; packing several clients into one message
-    is a transport optimisation (fewer messages) that leaves the math unchanged.
+    Without ``placement`` (a simulation: any node can play any client) message j goes to node
+    ``node_ids[j % len(node_ids)]`` (sorted ids, so the mapping is reproducible). With one client per
+    message and as many nodes as clients, every logical client is its own SuperNode, as in the paper;
+    packing several clients into one message is a transport optimisation (fewer messages) that leaves
+    the math unchanged.
+
+    ``placement`` (logical client -> the node that holds its data, node-local deployments): each message
+    goes to the node holding its clients; a message holds consecutive clients of one node only (a new
+    message starts where the holder changes), so the client order, a sequential chain's included, is the
+    same as without placement. ``node_ids`` is then not used; a client no node holds is refused.
     """
     if clients_per_message < 1:
         raise ValueError(f"clients_per_message must be >= 1, got {clients_per_message}")
+    if placement is not None:
+        unplaced = [c for c in client_ids if c not in placement]
+        if unplaced:
+            raise ValueError(f"no node holds client(s) {unplaced} (placement from the describe round)")
+        plan: list[tuple[int, list[int]]] = []
+        for c in client_ids:
+            node = int(placement[c])
+            if plan and plan[-1][0] == node and len(plan[-1][1]) < clients_per_message:
+                plan[-1][1].append(c)
+            else:
+                plan.append((node, [c]))
+        return plan
     if not node_ids:
         raise ValueError("no SuperNodes are connected")
     nodes = sorted(node_ids)
@@ -48,15 +76,21 @@ def wait_for_nodes(grid: Grid, minimum: int, timeout: float = 120.0) -> list[int
         time.sleep(0.5)
 
 
-def build_train_messages(
-    plan: list[tuple[int, list[int]]], arrays: ArrayRecord, config: ConfigRecord, action: str,
-    arrays_key: str = "arrays", config_key: str = "config",
-) -> list[Message]:
-    """One train message per (node, clients) entry, all carrying ``arrays`` and ``config``.
+MESSAGE_TYPES = (MessageType.TRAIN, MessageType.EVALUATE, MessageType.QUERY)
 
-    The config of each message gets ``client-ids``: the logical clients that node is asked to
-    play, in order. This is the one way the studies address a logical client.
+
+def build_messages(
+    plan: list[tuple[int, list[int]]], arrays: ArrayRecord, config: ConfigRecord, action: str,
+    kind: str = MessageType.TRAIN, arrays_key: str = "arrays", config_key: str = "config",
+) -> list[Message]:
+    """One ``<kind>.<action>`` message per (node, clients) entry, all carrying ``arrays`` and ``config``.
+
+    ``kind`` is Flower's message type: ``train`` (the default), ``evaluate`` or ``query``. The config
+    of each message gets ``client-ids``: the logical clients that node is asked to play, in order.
+    This is the one way the studies address a logical client.
     """
+    if kind not in MESSAGE_TYPES:
+        raise ValueError(f"kind must be one of {MESSAGE_TYPES}, got {kind!r}")
     messages = []
     for node_id, clients in plan:
         cfg = ConfigRecord(dict(config))
@@ -64,7 +98,7 @@ def build_train_messages(
         messages.append(
             Message(
                 content=RecordDict({arrays_key: arrays, config_key: cfg}),
-                message_type=f"{MessageType.TRAIN}.{action}",
+                message_type=f"{kind}.{action}",
                 dst_node_id=node_id,
             )
         )
@@ -162,7 +196,11 @@ def check_replies(sent: Iterable[Message], replies: Iterable[Message], array_cla
     of clients it was not asked to play, or a second reply to one message) would make a DP
     wrapper size its noise for more clients than contributed. Here a reply is valid only if it
     answers a message of this round (``reply_to_message_id``, set by Flower, not by the
-    client), is the first answer to it, and claims exactly the message's planned clients.
+    client), is the first answer to it, has that message's type when it carries content (an
+    ``evaluate`` or ``query`` answer to a ``train`` message is refused, and any other mismatch;
+    an error reply carries no content and counts as failed whatever its type: the SuperLink
+    answers an expired message with a ``system`` one), and claims exactly the message's planned
+    clients.
 
     Parameters
     ----------
@@ -198,7 +236,11 @@ def check_replies(sent: Iterable[Message], replies: Iterable[Message], array_cla
             out.problem_of.update({c: f"error reply: {reply.error.reason}" for c in planned})
             out.answer_of.update({c: reply for c in planned})
             continue
-        problem = _claims_problem(planned, reply, array_claims)
+        problem: str | None = None
+        if reply.metadata.message_type != msg.metadata.message_type:  # Flower copies it; a client can rewrite it
+            problem = f"of type {reply.metadata.message_type!r}, answering a {msg.metadata.message_type!r} message"
+        if problem is None:
+            problem = _claims_problem(planned, reply, array_claims)
         if problem is None:
             problem = reply_problem(msg, reply, planned, array_claims, rules)
         if problem is None and set(out.reply_of).intersection(planned):

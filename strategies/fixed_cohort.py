@@ -3,7 +3,8 @@
 Flower's ``FedAvg``/``FedProx``/``FedAdam`` sample SuperNodes and send plain ``train``
 messages. The studies address *logical clients* (strategies.cohorts): one ``train.<action>``
 message per client, carrying ``client-ids = [k]``, client k played by the k-th node (sorted
-ids) modulo the number of nodes. This mixin changes only that addressing; the algorithm's
+ids) modulo the number of nodes, or the node that holds its data (``placement``, node-local
+deployments). This mixin changes only that addressing; the algorithm's
 own ``configure_train`` still builds the round's content (``server-round``, FedProx's
 ``proximal-mu``, ...) and its own ``aggregate_train`` aggregates.
 
@@ -19,29 +20,34 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
+from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord
 from flwr.serverapp import Grid
 
-from strategies.cohorts import CheckedReplies, PlanChecked, build_train_messages, plan_cohorts
+from strategies.cohorts import CheckedReplies, PlanChecked, build_messages, plan_cohorts
 
 
 class FixedCohort(PlanChecked):
     """Mixin (first base) for a Flower FedAvg-family strategy: full participation of named clients."""
 
     array_claims = "none"  # one model per reply, under the strategy's ``arrayrecord_key``
+    placement: dict[int, int] | None = None  # logical client -> its node (node-local data); None: round-robin
 
     @property
     def weight_key(self) -> str:
         """FedAvg weights each reply by its ``weighted_by_key`` metric (strategies.layer's protocol)."""
         return str(self.weighted_by_key)  # type: ignore[attr-defined]
 
-    def set_cohort(self, client_ids: Iterable[int], action: str) -> None:
-        """Train exactly these logical clients, with messages of type ``train.<action>``."""
+    def set_cohort(self, client_ids: Iterable[int], action: str, placement: dict[int, int] | None = None) -> None:
+        """Train exactly these logical clients, with messages of type ``train.<action>``.
+
+        ``placement``: logical client -> the node holding its data (node-local deployments), else None.
+        """
         ids = sorted(int(c) for c in client_ids)
         if not ids:
             raise ValueError("a cohort needs at least one client")
         self.client_ids = ids
         self.action = action
+        self.placement = None if placement is None else dict(placement)
         self.contributors: dict[int, list[int]] = {}
         self.client_metrics: dict[int, dict[int, dict]] = {}
         self.last_checked = CheckedReplies()
@@ -55,13 +61,13 @@ class FixedCohort(PlanChecked):
             raise RuntimeError("every client has been excluded")
 
     def cohort_messages(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid,
-                        remember: bool = True) -> list[Message]:
-        """One message per logical client of the cohort, all carrying ``arrays`` and ``config``."""
+                        remember: bool = True, kind: str = MessageType.TRAIN) -> list[Message]:
+        """One ``<kind>.<action>`` message per logical client of the cohort, all carrying ``arrays`` and ``config``."""
         akey, ckey = self.arrayrecord_key, self.configrecord_key  # type: ignore[attr-defined]
         config = ConfigRecord(dict(config))
         config["server-round"] = server_round
-        plan = plan_cohorts(self.client_ids, list(grid.get_node_ids()), 1)
-        msgs = build_train_messages(plan, arrays, config, self.action, arrays_key=akey, config_key=ckey)
+        plan = plan_cohorts(self.client_ids, list(grid.get_node_ids()), 1, self.placement)
+        msgs = build_messages(plan, arrays, config, self.action, kind, arrays_key=akey, config_key=ckey)
         return self.remember(msgs) if remember else msgs
 
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,

@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 from privacy.audit.canaries import CanarySet
 from privacy.randomness import NoiseSource
-from strategies.base import PatternStrategy
+from strategies.base import LogicalClientStrategy, PatternStrategy
 from strategies.canaries import CanaryInsertion
 from strategies.fedavg_equal import EqualWeightFedAvg
 from strategies.fedavg_examples import ExampleWeightedFedAvg
@@ -60,6 +60,7 @@ def build_strategy(
     stream: tuple[int, ...] = (),
     canaries: CanarySet | None = None,
     fault: str = "",
+    placement: dict[int, int] | None = None,
 ) -> PatternStrategy | MatchedPerturbation:
     """Build a framework's strategy, wrapped in matched perturbation when ``dp``.
 
@@ -67,6 +68,8 @@ def build_strategy(
     (e.g. the run seed) are mixed into a seeded source so that different runs differ.
     ``canaries`` (an audit, dp only): the inserted ones join every round's cohort before the noise.
     ``fault`` (issue 37, tests only): a broken matched perturbation (strategies.matched_perturbation).
+    ``placement`` (node-local data): logical client -> the node holding it, where the messages go
+    (strategies.cohorts.plan_cohorts); None in a simulation.
     """
     if framework not in FRAMEWORKS:
         raise ValueError(f"unknown framework {framework!r}; allowed: {sorted(FRAMEWORKS)}")
@@ -75,6 +78,10 @@ def build_strategy(
         raise ValueError(f"framework {framework!r} has no DP variant (matched perturbation sizes its noise for "
                          f"equal-weight members); DP frameworks: {sorted(f for f in FRAMEWORKS if supports_dp(f))}")
     inner = builder(client_ids, action, clients_per_message)
+    if placement is not None:
+        if not isinstance(inner, LogicalClientStrategy):  # it would plan its messages without the placement
+            raise ValueError(f"framework {framework!r} does not plan messages over logical clients: no placement")
+        inner.placement = dict(placement)
     if canaries is not None and not dp:
         raise ValueError("canaries audit a DP mechanism: they need dp=True")
     if fault and not dp:

@@ -1,13 +1,18 @@
-"""Node-local data in a deployment: ask each SuperNode which logical clients it holds, route to it.
+"""Node-local data in a deployment: ask each SuperNode which logical clients it holds, address them there.
 
 With ``node-local-data = true`` a SuperNode started with ``--node-config "data-path='...'"``
 reads only that folder (:mod:`datasets.node_local`). The server cannot know which node holds
-which logical clients, so before the first round it sends every node one *describe* message
-(``train.<action>`` with ``describe-node-data`` in its config; the router registers only train
-actions). A node answers with the client ids, sizes and label counts of its folder, or an error
-reply naming itself and the problem. :class:`PlacedGrid` then routes every message the
-strategies build to the node that holds the message's ``client-ids``: the strategies and their
-reply checks (``strategies.cohorts``) stay unchanged.
+which logical clients, so before the first round it sends every node one *describe* query
+(``query.<action>`` with ``query = describe-node-data`` in its config; each study's ClientApp
+registers a query handler). A node answers with the client ids, sizes and label counts of its
+folder, or an error reply naming itself and the problem. The answers give the placement
+(logical client -> node id, :attr:`Discovery.placement`): the explicit plan the strategies and
+exchanges build their messages from (``strategies.cohorts.plan_cohorts(..., placement=...)``),
+so each message goes to the node that holds its ``client-ids``.
+
+Query messages name their query in the config's ``query`` key (:func:`query_name`): one message
+type (``query``) has several kinds in one study (tabular-pdp's describe, anonymize, harmonize),
+and Flower's ``<type>.<action>`` leaves one action per study.
 
 Whom it protects: an institution's records never leave its node; what the coordinator learns
 is what the protocol sends plus the sizes and label counts of the describe reply (the same
@@ -25,14 +30,15 @@ from flwr.app import ConfigRecord, Context, Error, Message, MessageType, RecordD
 from flwr.serverapp import Grid
 
 from datasets.base import DataError
-from strategies.cohorts import planned_clients, wait_for_nodes
+from strategies.cohorts import wait_for_nodes
 from strategies.transport import send_and_receive
 
 log = logging.getLogger("flwr")
 
 DATA_PATH = "data-path"  # --node-config key: the node's data folder
 NODE_NAME = "node-name"  # --node-config key: how the node is named in errors and in the run summary
-QUERY = "describe-node-data"  # config key of the describe message
+QUERY = "query"  # config key of a query.<action> message: which query it is
+DESCRIBE = "describe-node-data"  # the describe query: which logical clients a node holds
 NODE_DATA_ERROR = 902  # Error code of a node whose data is missing or malformed
 
 
@@ -64,14 +70,22 @@ def node_data_path(context: Context | None, node_local: bool) -> Path | None:
     return path
 
 
-def is_query(msg: Message) -> bool:
-    """True for the server's describe message."""
-    return bool(msg.content["config"].get(QUERY, False))
+def query_name(msg: Message, allowed: Iterable[str]) -> str:
+    """The query a ``query.<action>`` message asks (its config's ``query``); ValueError unless in ``allowed``."""
+    name = str(msg.content["config"].get(QUERY, ""))
+    if name not in set(allowed):
+        raise ValueError(f"{msg.metadata.message_type} message asks for query {name!r}; allowed: {sorted(allowed)}")
+    return name
+
+
+def query_config(config: ConfigRecord, name: str) -> ConfigRecord:
+    """``config`` with the query's name (what :func:`query_name` reads on the node)."""
+    return ConfigRecord({**dict(config), QUERY: name})
 
 
 def describe_reply(msg: Message, name: str, sizes: Mapping[int, int],
                    label_counts: Mapping[int, list[int]] | None = None) -> Message:
-    """The node's answer to the describe message: its clients, their sizes and label counts."""
+    """The node's answer to the describe query: its clients, their sizes and label counts."""
     ids = sorted(sizes)
     rec = ConfigRecord({"node": name, "client-ids": ids, "sizes": [int(sizes[c]) for c in ids]})
     if label_counts:
@@ -121,17 +135,17 @@ class Discovery:
 
 
 def discover(grid: Grid, action: str, config: ConfigRecord, timeout: float, num_clients: int) -> Discovery:
-    """Send the describe message to every connected node and build the placement.
+    """Send the describe query (``query.<action>``) to every connected node and build the placement.
 
-    A node that replies with an error (its data is missing or malformed) or not at all is
-    recorded in ``errors`` and holds no client: the run goes on without it, as without a dead
-    node. Raises :class:`DataError` when no node holds usable data, when two nodes claim the
-    same client, or when a node claims a client id outside ``[0, num_clients)``.
+    A node that replies with an error (its data is missing or malformed), with a reply of another
+    message type, or not at all is recorded in ``errors`` and holds no client: the run goes on
+    without it, as without a dead node. Raises :class:`DataError` when no node holds usable data,
+    when two nodes claim the same client, or when a node claims a client id outside ``[0, num_clients)``.
     """
     nodes = wait_for_nodes(grid, 1)
-    cfg = ConfigRecord({**dict(config), "server-round": 0, QUERY: True})
-    msgs = [Message(RecordDict({"config": cfg}), message_type=f"{MessageType.TRAIN}.{action}", dst_node_id=n)
-            for n in nodes]
+    cfg = query_config(ConfigRecord({**dict(config), "server-round": 0}), DESCRIBE)
+    kind = f"{MessageType.QUERY}.{action}"
+    msgs = [Message(RecordDict({"config": cfg}), message_type=kind, dst_node_id=n) for n in nodes]
     replies = send_and_receive(grid, msgs, timeout=timeout)
     out = Discovery()
     answered = set()
@@ -141,6 +155,10 @@ def discover(grid: Grid, action: str, config: ConfigRecord, timeout: float, num_
         if r.has_error():
             out.errors[nid] = str(r.error.reason)
             log.warning("node %d holds no usable data: %s", nid, r.error.reason)
+            continue
+        if r.metadata.message_type != kind:  # Flower copies the type into a reply; a client can rewrite it
+            out.errors[nid] = f"node {nid}: a {r.metadata.message_type!r} reply to the {kind!r} describe query"
+            log.warning("node %d refused: %s", nid, out.errors[nid])
             continue
         rec = r.content["node-data"]
         info = {k: (list(v) if isinstance(v, list) else v) for k, v in rec.items()}
@@ -153,77 +171,13 @@ def discover(grid: Grid, action: str, config: ConfigRecord, timeout: float, num_
             out.placement[int(c)] = nid
         out.nodes[nid] = info
     for nid in set(nodes) - answered:
-        out.errors[nid] = f"node {nid}: no reply to the describe message within {timeout:g}s"
+        out.errors[nid] = f"node {nid}: no reply to the describe query within {timeout:g}s"
     if not out.placement:
         raise DataError("no SuperNode holds usable node-local data: "
                         + "; ".join(out.errors.values() or ["no node answered"]))
     log.info("node-local data: %d clients on %d nodes (%d failed)", len(out.placement), len(out.nodes),
              len(out.errors))
     return out
-
-
-class PlacedGrid(Grid):
-    """A Grid that sends each message to the node holding its ``client-ids`` (composition, no patching).
-
-    Messages without ``client-ids`` pass unchanged. A message whose clients lie on several
-    nodes cannot be routed: a ValueError says so (pack clients per node, or one per message).
-    """
-
-    def __init__(self, grid: Grid, placement: Mapping[int, int]) -> None:
-        if not placement:
-            raise ValueError("placement is empty: no node holds a logical client")
-        self._grid = grid
-        self._placement = dict(placement)
-
-    def route(self, msg: Message) -> Message:
-        try:
-            clients = planned_clients(msg)
-        except KeyError:
-            return msg
-        holders = {self._placement.get(c) for c in clients}
-        if None in holders:
-            raise ValueError(f"no node holds client(s) {[c for c in clients if c not in self._placement]}")
-        if len(holders) > 1:
-            raise ValueError(f"a message for clients {list(clients)} spans nodes {sorted(holders)}: with node-local "
-                             "data each message must address clients of one node (clients-per-message)")
-        msg.metadata.dst_node_id = holders.pop()
-        return msg
-
-    # --- Grid, delegated
-    def set_run(self, run) -> None:
-        self._grid.set_run(run)
-
-    @property
-    def run(self):
-        return self._grid.run
-
-    def create_message(self, content, message_type, dst_node_id, group_id, ttl=None):
-        return self._grid.create_message(content, message_type, dst_node_id, group_id, ttl)
-
-    @property
-    def client_ids(self) -> list[int]:
-        """The logical clients some node holds."""
-        return sorted(self._placement)
-
-    def get_node_ids(self) -> list[int]:
-        return sorted(set(self._placement.values()))
-
-    def get_nodes(self):
-        return self._grid.get_nodes()
-
-    def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
-        return self._grid.push_messages([self.route(m) for m in messages])
-
-    def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:
-        return self._grid.pull_messages(message_ids)
-
-    def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None) -> Iterable[Message]:
-        return self._grid.send_and_receive([self.route(m) for m in messages], timeout=timeout)
-
-
-def node_of(grid: Grid) -> dict[int, int]:
-    """Logical client -> node id when ``grid`` routes node-local data (:class:`PlacedGrid`), else {}."""
-    return dict(grid._placement) if isinstance(grid, PlacedGrid) else {}
 
 
 @dataclass

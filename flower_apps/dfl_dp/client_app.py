@@ -1,4 +1,8 @@
-"""dfl-dp ClientApp logic: play the logical clients a message names, reply with their models."""
+"""dfl-dp ClientApp logic: play the logical clients a message names, reply with their models.
+
+``train.dfl_dp``: :func:`train`; ``query.dfl_dp``: :func:`query` (the describe query of a node-local
+deployment, flower_apps/common/node_data.py). dfl-dp evaluates centrally: no ``evaluate`` handler.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +14,7 @@ from flwr.app import Context, Message, MetricRecord, RecordDict
 from datasets.base import DataError
 from datasets.image_plan import build_image_plan
 from flower_apps.common.local_training import train_local
-from flower_apps.common.node_data import describe_reply, error_reply, is_query, node_data_path, node_name
+from flower_apps.common.node_data import DESCRIBE, describe_reply, error_reply, node_data_path, node_name, query_name
 from flower_apps.common.torch_utils import pick_device, record_to_state, state_to_record
 from flower_apps.dfl_dp.config import DflDpConfig
 from flower_apps.dfl_dp.data import data_key, node_clients
@@ -19,6 +23,24 @@ from models.seeded_init import seeded_init
 from models.small_cnn import build_small_cnn
 from registry.streams import seed_int, torch_generator
 from strategies.records import client_key
+
+
+def _plan(cfg: DflDpConfig, context: Context | None, name: str):
+    """(data-path or None, the image plan this node serves): its node-local folder, else the global plan."""
+    path = node_data_path(context, cfg.node_local_data)
+    return path, build_image_plan(data_key(cfg)) if path is None else node_clients(str(path), name)
+
+
+def query(msg: Message, context: Context) -> Message:
+    """Answer the describe query (``query.dfl_dp``): the clients this node holds, their sizes and label counts."""
+    query_name(msg, (DESCRIBE,))  # the only query it answers; any other is refused before any work
+    cfg = DflDpConfig.from_json(str(msg.content["config"]["run-config"]))
+    name = node_name(context)
+    try:
+        _, plan = _plan(cfg, context, name)
+    except DataError as exc:
+        return error_reply(msg, name, exc)
+    return describe_reply(msg, plan.node, plan.sizes(), plan.label_counts())
 
 
 def train(msg: Message, context: Context) -> Message:
@@ -34,10 +56,7 @@ def train(msg: Message, context: Context) -> Message:
     # Deployment with node-local data: this node's data-path only, never a global plan.
     name = node_name(context)
     try:
-        path = node_data_path(context, cfg.node_local_data)
-        plan = build_image_plan(data_key(cfg)) if path is None else node_clients(str(path), name)
-        if is_query(msg):
-            return describe_reply(msg, plan.node, plan.sizes(), plan.label_counts())
+        path, plan = _plan(cfg, context, name)
         client_ids = [int(c) for c in msg.content["config"]["client-ids"]]
         if path is not None and not set(client_ids) <= set(plan.x):
             raise DataError(f"holds clients {sorted(plan.x)}, asked for {client_ids}")

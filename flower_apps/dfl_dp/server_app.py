@@ -16,7 +16,7 @@ from flwr.app import ArrayRecord, MetricRecord
 from flwr.serverapp import Grid
 
 from flower_apps.common.local_training import evaluate
-from flower_apps.common.node_data import PlacedGrid, RoundErrors, discover, node_of
+from flower_apps.common.node_data import RoundErrors, discover
 from flower_apps.common.results import (
     atomic_write_json,
     atomic_write_jsonl,
@@ -86,10 +86,10 @@ def server_main(grid: Grid, cfg: DflDpConfig) -> dict:
 
     min_nodes = 1
     nodes = wait_for_nodes(grid, min_nodes)
-    client_ids, deployment = list(range(cfg.num_clients)), {}
-    if cfg.node_local_data:
+    client_ids, deployment, placement = list(range(cfg.num_clients)), {}, None
+    if cfg.node_local_data:  # the nodes say which clients they hold; each message goes to the holder
         found = discover(grid, ACTION, config_record_for(cfg), cfg.round_timeout, cfg.num_clients)
-        client_ids, grid = found.client_ids, PlacedGrid(grid, found.placement)
+        client_ids, placement = found.client_ids, found.placement
         for c, counts in found.label_counts().items():
             plan.counts[c] = counts
         write_class_counts(plan, out)
@@ -106,7 +106,7 @@ def server_main(grid: Grid, cfg: DflDpConfig) -> dict:
         cfg.framework, client_ids, ACTION, cfg.clients_per_message, dp=cfg.dp,
         clip_norm=cfg.clip_norm, eps_cal=cfg.eps_cal, delta_cal=cfg.delta_cal,
         noise=NoiseSource(cfg.noise_seed_file, noise_condition(cfg)), stream=(cfg.seed,), canaries=canaries,
-        fault=cfg.dp_fault,
+        fault=cfg.dp_fault, placement=placement,
     )
     # Every reply is validated before it touches a model (strategies.reply_rules): a logical client
     # reports at most every training example once per local epoch; captured victim gradients are side arrays.
@@ -162,7 +162,7 @@ def server_main(grid: Grid, cfg: DflDpConfig) -> dict:
     errors, problems = RoundErrors(), round_problems(strategy)
     for r in range(1, cfg.num_rounds + 1):
         if problems.get(r):
-            errors.record_problems(r, problems[r], node_of(grid))
+            errors.record_problems(r, problems[r], placement or {})
         else:
             errors.record(r, error_replies.get(r, []))
     acc_curve = [r["test_acc"] for r in rounds]

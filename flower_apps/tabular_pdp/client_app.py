@@ -1,13 +1,20 @@
-"""tabular-pdp ClientApp logic: one logical client (a Country_Region) per message, four phases.
+"""tabular-pdp ClientApp logic: one logical client (a Country_Region) per message.
 
-``config['phase']`` says what the server asks:
+The message type says what the server asks:
 
-* ``anonymize``: anjana's k-anonymity search on the client's table; reply with its level vector
-  and suppressed records (or ``status = skipped`` and the reason when k is unreachable);
-* ``harmonize``: apply the server's element-wise-maximum levels, suppress classes smaller than
-  k, reply with k, l, t (pycanon definitions) and ARIREC;
-* ``fit``: train the received model on the anonymized train split, reply with the model;
-* ``evaluate``: reply with error sums of the received model on the test split.
+* ``train.tabular_pdp`` (:func:`train`): train the received model on the anonymized train split,
+  reply with the model;
+* ``evaluate.tabular_pdp`` (:func:`evaluate`): reply with error sums of the received model on the
+  test split;
+* ``query.tabular_pdp`` (:func:`query`), trains nothing; its config's ``query`` names which
+  (flower_apps/common/node_data.py: one type, three kinds):
+
+  * ``anonymize``: anjana's k-anonymity search on the client's table (its generalization levels);
+    reply with its level vector and suppressed records (or ``status = skipped`` and the reason when
+    k is unreachable);
+  * ``harmonize``: apply the server's element-wise-maximum levels, suppress classes smaller than
+    k, reply with k, l, t (pycanon definitions) and ARIREC;
+  * ``describe-node-data`` (node-local deployments): the clients (regions) this node holds.
 
 Everything comes from the message (run config, levels, client id), never from ``context``.
 """
@@ -22,7 +29,7 @@ from flwr.app import ConfigRecord, Context, Message, MetricRecord, RecordDict
 
 from datasets.base import DataError
 from datasets.cancer import TARGET
-from flower_apps.common.node_data import describe_reply, error_reply, is_query, node_data_path, node_name
+from flower_apps.common.node_data import DESCRIBE, describe_reply, error_reply, node_data_path, node_name, query_name
 from flower_apps.common.torch_utils import pick_device, record_to_state, state_to_record
 from flower_apps.tabular_pdp.config import TabularPdpConfig
 from flower_apps.tabular_pdp.data import (
@@ -40,6 +47,7 @@ from flower_apps.tabular_pdp.model import build_model, client_generator, error_s
 from privacy.anonymization import AnonymizationError, discretize, privacy_metrics, validate_levels
 
 SA_COLUMN = "severity_sa"
+ANONYMIZE, HARMONIZE = "anonymize", "harmonize"  # its queries besides node_data.DESCRIBE
 
 
 def _info(cid: int, **extra) -> ConfigRecord:
@@ -106,8 +114,11 @@ def _evaluate(cfg: TabularPdpConfig, key: DataKey, cid: int, msg: Message) -> Re
     return RecordDict({"metrics": MetricRecord(error_sums(model, d.x_test, d.y_test, device)), "info": _info(cid)})
 
 
-def train(msg: Message, context: Context) -> Message:
-    """Answer one phase for the logical client named in ``config['client-ids']`` (exactly one)."""
+def _answer(msg: Message, context: Context, kind: str) -> Message:
+    """Answer one message for the logical client named in ``config['client-ids']`` (exactly one).
+
+    ``kind``: ``fit`` (train), ``evaluate``, or a query's name (``anonymize``, ``harmonize``, ``describe-node-data``).
+    """
     t0 = time.perf_counter()
     conf = msg.content["config"]
     cfg = TabularPdpConfig.from_json(str(conf["run-config"]))
@@ -116,7 +127,7 @@ def train(msg: Message, context: Context) -> Message:
     try:
         path = node_data_path(context, cfg.node_local_data)
         key = data_key(cfg) if path is None else replace(data_key(cfg), node_path=str(path), node=name)
-        if is_query(msg):
+        if kind == DESCRIBE:
             return describe_reply(msg, name, {c: len(t) for c, t in node_tables(key.node_path, name).items()})
     except DataError as exc:
         return error_reply(msg, name, exc)
@@ -129,16 +140,28 @@ def train(msg: Message, context: Context) -> Message:
             client_table(key, ids[0])  # a node's missing/malformed table fails here, as an error reply naming it
     except DataError as exc:
         return error_reply(msg, name, exc)
-    phase = str(conf["phase"])
-    if phase == "anonymize":
+    if kind == ANONYMIZE:
         content = _anonymize(cfg, key, ids[0], conf)
-    elif phase == "harmonize":
+    elif kind == HARMONIZE:
         content = _harmonize(cfg, key, ids[0], conf)
-    elif phase == "fit":
+    elif kind == "fit":
         content = _fit(cfg, key, ids[0], msg)
-    elif phase == "evaluate":
-        content = _evaluate(cfg, key, ids[0], msg)
     else:
-        raise ValueError(f"unknown phase {phase!r}; allowed: anonymize, harmonize, fit, evaluate")
+        content = _evaluate(cfg, key, ids[0], msg)
     content["info"]["seconds"] = time.perf_counter() - t0
     return Message(content, reply_to=msg)
+
+
+def train(msg: Message, context: Context) -> Message:
+    """``train.tabular_pdp``: one local fit of the received model; reply with the model."""
+    return _answer(msg, context, "fit")
+
+
+def evaluate(msg: Message, context: Context) -> Message:
+    """``evaluate.tabular_pdp``: error sums of the received model on the client's test split."""
+    return _answer(msg, context, "evaluate")
+
+
+def query(msg: Message, context: Context) -> Message:
+    """``query.tabular_pdp``: anonymize, harmonize or describe-node-data (the config's ``query``)."""
+    return _answer(msg, context, query_name(msg, (ANONYMIZE, HARMONIZE, DESCRIBE)))

@@ -1,22 +1,25 @@
 """The tabular-pdp exchanges outside Flower's round loop: anonymize, harmonize, one local fit.
 
-Each is one Flower message round (``train.tabular_pdp`` messages with a ``phase``), one
-logical client per message, replies matched to clients by message id so that error
+Each is one Flower message round, one logical client per message: the anonymize and harmonize
+queries (``query.tabular_pdp``, the config's ``query`` naming which; they train nothing) and a
+local fit (``train.tabular_pdp``). Replies are matched to clients by message id so that error
 replies (which carry no content) are attributed too.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from flwr.app import ArrayRecord, ConfigRecord, Message
+from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType
 from flwr.serverapp import Grid
 
+from flower_apps.common.node_data import query_config
+from flower_apps.tabular_pdp.client_app import ANONYMIZE, HARMONIZE
 from flower_apps.tabular_pdp.config import ACTION, TabularPdpConfig
 from privacy.anonymization import harmonize_levels, validate_levels
-from strategies.cohorts import build_train_messages, plan_cohorts
+from strategies.cohorts import build_messages, plan_cohorts
 from strategies.cohorts import exchange as cohort_exchange
 from strategies.reply_rules import DEFAULT_RULES, ReplyRules
 
@@ -24,15 +27,18 @@ log = logging.getLogger("flwr")
 
 
 def exchange(grid: Grid, client_ids: Sequence[int], arrays: ArrayRecord, config: ConfigRecord,
-             timeout: float, rules: ReplyRules = DEFAULT_RULES) -> dict[int, Message | None]:
-    """Send one message per client; client id -> its reply (an error reply if it failed or lied; None: none).
+             timeout: float, rules: ReplyRules = DEFAULT_RULES, kind: str = MessageType.TRAIN,
+             placement: Mapping[int, int] | None = None) -> dict[int, Message | None]:
+    """Send one ``<kind>.tabular_pdp`` message per client; client id -> its reply (an error reply if it
+    failed or lied; None: none).
 
     Replies are matched to clients by the message they answer (strategies.cohorts), never by
     what they say, so error replies (which carry no content) are attributed too. A reply whose content
-    breaks ``rules`` (strategies.reply_rules) comes back as an error reply naming why.
+    breaks ``rules`` (strategies.reply_rules) or whose type is not ``kind`` comes back as an error reply
+    naming why. ``placement`` (node-local data): the node holding each client, where its message goes.
     """
-    plan = plan_cohorts(list(client_ids), list(grid.get_node_ids()), 1)
-    checked = cohort_exchange(grid, build_train_messages(plan, arrays, config, ACTION), timeout, array_claims="none",
+    plan = plan_cohorts(list(client_ids), list(grid.get_node_ids()), 1, placement)
+    checked = cohort_exchange(grid, build_messages(plan, arrays, config, ACTION, kind), timeout, array_claims="none",
                               rules=rules)
     return {c: checked.answer_of.get(c) for c in client_ids}
 
@@ -53,12 +59,19 @@ def anonymization_rules(cfg: TabularPdpConfig) -> ReplyRules:
     return ReplyRules(returns_model=False, content_check=k_anonymous)
 
 
-def phase_config(cfg: TabularPdpConfig, phase: str, levels: Sequence[int] | None = None,
-                 server_round: int = 0) -> ConfigRecord:
-    rec = ConfigRecord({"run-config": cfg.to_json(), "phase": phase, "server-round": server_round})
+def message_config(cfg: TabularPdpConfig, levels: Sequence[int] | None = None, server_round: int = 0) -> ConfigRecord:
+    """The config every tabular-pdp message carries: the run config, the round, the harmonized levels."""
+    rec = ConfigRecord({"run-config": cfg.to_json(), "server-round": server_round})
     if levels is not None:
         rec["levels"] = [int(v) for v in levels]
     return rec
+
+
+def query(grid: Grid, cfg: TabularPdpConfig, client_ids: Sequence[int], name: str,
+          levels: Sequence[int] | None = None, placement: Mapping[int, int] | None = None) -> dict[int, Message | None]:
+    """The ``name`` query (anonymize or harmonize) to each client: client id -> its checked reply."""
+    return exchange(grid, client_ids, ArrayRecord(), query_config(message_config(cfg, levels), name),
+                    cfg.round_timeout, anonymization_rules(cfg), MessageType.QUERY, placement)
 
 
 def _reason(reply: Message | None) -> str:
@@ -89,14 +102,17 @@ class AnonymizationOutcome:
         return sorted(self.harmonized)
 
 
-def anonymize_and_harmonize(grid: Grid, cfg: TabularPdpConfig, client_ids: Sequence[int]) -> AnonymizationOutcome:
-    """Round A: each client's own levels; server: element-wise max; round B: apply it and measure."""
+def anonymize_and_harmonize(grid: Grid, cfg: TabularPdpConfig, client_ids: Sequence[int],
+                            placement: Mapping[int, int] | None = None) -> AnonymizationOutcome:
+    """Round A: each client's own levels; server: element-wise max; round B: apply it and measure.
+
+    ``placement`` (node-local data): the node holding each client, where its queries go.
+    """
     skipped: dict[int, str] = {}
     own: dict[int, dict] = {}
     regions: dict[int, str] = {}
     if cfg.levels is None:
-        replies = exchange(grid, client_ids, ArrayRecord(), phase_config(cfg, "anonymize"), cfg.round_timeout,
-                           anonymization_rules(cfg))
+        replies = query(grid, cfg, client_ids, ANONYMIZE, placement=placement)
         for cid, r in replies.items():
             if _ok(r):
                 m = r.content["metrics"]
@@ -118,8 +134,7 @@ def anonymize_and_harmonize(grid: Grid, cfg: TabularPdpConfig, client_ids: Seque
     for cid, why in skipped.items():
         log.warning("tabular-pdp: client %d skipped at anonymization: %s", cid, why)
     todo = [c for c in client_ids if c not in skipped]
-    replies = exchange(grid, todo, ArrayRecord(), phase_config(cfg, "harmonize", levels), cfg.round_timeout,
-                       anonymization_rules(cfg))
+    replies = query(grid, cfg, todo, HARMONIZE, levels, placement)
     harmonized: dict[int, dict] = {}
     for cid, r in replies.items():
         if _ok(r):

@@ -24,7 +24,7 @@ from flwr.app import ArrayRecord
 from flwr.serverapp import Grid
 
 from datasets.cancer import describe_source
-from flower_apps.common.node_data import PlacedGrid, RoundErrors, discover, node_of
+from flower_apps.common.node_data import RoundErrors, discover
 from flower_apps.common.results import (
     atomic_write_json,
     atomic_write_jsonl,
@@ -39,7 +39,7 @@ from flower_apps.config import noise_condition
 from flower_apps.tabular_pdp.config import ACTION, TabularPdpConfig
 from flower_apps.tabular_pdp.data import model_features
 from flower_apps.tabular_pdp.model import build_model
-from flower_apps.tabular_pdp.phases import anonymize_and_harmonize, exchange, phase_config
+from flower_apps.tabular_pdp.phases import anonymize_and_harmonize, exchange, message_config
 from flower_apps.tabular_pdp.report import write_anonymization, write_drift, write_run_table
 from flower_apps.tabular_pdp.strategy import CohortFedAvg
 from privacy.audit.verdict import ALPHA
@@ -100,10 +100,11 @@ def fit_rules(records: dict[int, int] | None = None, committed: dict[int, int] |
 
 
 def local_fit(grid: Grid, cfg: TabularPdpConfig, clients: list[int], arrays: ArrayRecord, levels, server_round: int,
-              records: dict[int, int] | None = None) -> tuple[dict[int, OrderedDict], dict[int, int], dict[int, str]]:
+              records: dict[int, int] | None = None, placement: dict[int, int] | None = None,
+              ) -> tuple[dict[int, OrderedDict], dict[int, int], dict[int, str]]:
     """One local training round outside the strategy loop: (models, train sizes, failures)."""
-    replies = exchange(grid, clients, arrays, phase_config(cfg, "fit", levels, server_round), cfg.round_timeout,
-                       fit_rules(records))
+    replies = exchange(grid, clients, arrays, message_config(cfg, levels, server_round), cfg.round_timeout,
+                       fit_rules(records), placement=placement)
     models, sizes, failed = {}, {}, {}
     for cid, r in replies.items():
         if r is None or r.has_error():
@@ -115,8 +116,8 @@ def local_fit(grid: Grid, cfg: TabularPdpConfig, clients: list[int], arrays: Arr
 
 
 def _strategy(setting: str, cfg: TabularPdpConfig, clients: list[int], clip_norm: float, risks: dict[int, float],
-              canaries=None):
-    base = CohortFedAvg(clients, ACTION)
+              canaries=None, placement: dict[int, int] | None = None):
+    base = CohortFedAvg(clients, ACTION, placement)
     # Secret noise (OS entropy) unless the server's local noise-seed-file is given: never from the run seed;
     # seeded, mixed with the run's config hash (no two grid points share noise).
     rng = NoiseSource(cfg.noise_seed_file, noise_condition(cfg)).numpy_generator(STREAM_TABULAR_SERVER, cfg.seed,
@@ -135,11 +136,12 @@ def _strategy(setting: str, cfg: TabularPdpConfig, clients: list[int], clip_norm
 
 def run_setting(grid: Grid, cfg: TabularPdpConfig, setting: str, clients: list[int], w0: ArrayRecord, levels,
                 clip_norm: float, risks: dict[int, float], sizes: dict[int, int],
-                errors: RoundErrors | None = None) -> tuple[dict, list[dict]]:
+                errors: RoundErrors | None = None, placement: dict[int, int] | None = None) -> tuple[dict, list[dict]]:
     """num-rounds rounds of one setting through Flower's Strategy.start; (summary, per-round rows).
 
     Every planned client that did not contribute to a round (error reply, timeout, rejected reply) is
-    added to ``errors`` with its node and reason (the run summary's ``round_errors``).
+    added to ``errors`` with its node and reason (the run summary's ``round_errors``). ``placement``
+    (node-local data): the node holding each client, where its messages go.
     """
     audit = None
     if cfg.audit_canaries and setting != "vanilla":  # canary clients per client (docs/audit.md)
@@ -148,19 +150,17 @@ def run_setting(grid: Grid, cfg: TabularPdpConfig, setting: str, clients: list[i
         audit = SettingAudit(cfg.audit_canaries, cfg.seed, cfg.noise_seed_file, setting, clients, w0, clip_norm,
                              sizes, risks, cfg.delta, condition=noise_condition(cfg),
                              noise_multiplier=cfg.noise_multiplier)
-    outer, dp, base = _strategy(setting, cfg, clients, clip_norm, risks, audit.weighted if audit else None)
+    outer, dp, base = _strategy(setting, cfg, clients, clip_norm, risks, audit.weighted if audit else None, placement)
     set_reply_rules(outer, fit_rules(committed=sizes))  # every layer checks replies against the same rules
-    train_config = phase_config(cfg, "fit", levels)
     t0 = time.perf_counter()
     result = outer.start(FastGrid(grid), w0, num_rounds=cfg.num_rounds, timeout=cfg.round_timeout,
-                         train_config=train_config,
-                         evaluate_config=phase_config(cfg, "evaluate", levels),
+                         train_config=message_config(cfg, levels), evaluate_config=message_config(cfg, levels),
                          evaluate_fn=audit.observe if audit else None)  # the auditor sees the released models
     # The released global model, for the attacks (flower_apps/tabular_pdp/attacks.py) and the report card.
     save_state_dict(record_to_state(result.arrays), model_path(run_dir(cfg), setting))
     if errors is not None:
         for r, probs in sorted(round_problems(outer).items()):
-            errors.record_problems(r, {c: f"{setting}: {why}" for c, why in probs.items()}, node_of(grid))
+            errors.record_problems(r, {c: f"{setting}: {why}" for c, why in probs.items()}, placement or {})
     rows = []
     for r in range(1, cfg.num_rounds + 1):
         ev = result.evaluate_metrics_clientapp.get(r, {})
@@ -236,16 +236,16 @@ def server_main(grid: Grid, cfg: TabularPdpConfig) -> dict:
     t_start = time.perf_counter()
     if cfg.noise_multiplier == 0 and {"gdp", "pdp"} & set(cfg.settings):
         warnings.warn("tab-noise-multiplier = 0: GDP and PDP add no noise (epsilon is infinite)", stacklevel=2)
-    clients, deployment, errors = list(range(cfg.num_clients)), {}, RoundErrors()
+    clients, deployment, errors, placement = list(range(cfg.num_clients)), {}, RoundErrors(), None
     if cfg.node_local_data:  # the nodes say which clients (regions) they hold; messages go to the holder
-        found = discover(grid, ACTION, phase_config(cfg, "describe"), cfg.round_timeout, cfg.num_clients)
-        clients, grid = found.client_ids, PlacedGrid(grid, found.placement)
+        found = discover(grid, ACTION, message_config(cfg), cfg.round_timeout, cfg.num_clients)
+        clients, placement = found.client_ids, found.placement
         deployment = found.summary(range(cfg.num_clients))
     else:  # a simulation's SuperNodes may register after the ServerApp starts (as the other studies do)
         wait_for_nodes(grid, 1)
 
     # (A) anonymization: two message rounds
-    anon = anonymize_and_harmonize(grid, cfg, clients)
+    anon = anonymize_and_harmonize(grid, cfg, clients, placement)
     write_anonymization(anon, cfg, out)
     active = anon.active
     if len(active) < 2:
@@ -258,8 +258,9 @@ def server_main(grid: Grid, cfg: TabularPdpConfig) -> dict:
 
     # (B) drift detection after a first local round from w(0)
     records = {c: int(anon.harmonized[c]["n_original"]) for c in active if "n_original" in anon.harmonized[c]}
-    models, sizes, failed = local_fit(grid, cfg, active, w0, levels, server_round=1, records=records)
-    errors.record_problems(1, {c: f"drift detection: {why}" for c, why in failed.items()}, node_of(grid))
+    models, sizes, failed = local_fit(grid, cfg, active, w0, levels, server_round=1, records=records,
+                                      placement=placement)
+    errors.record_problems(1, {c: f"drift detection: {why}" for c, why in failed.items()}, placement or {})
     if len(models) < 2:
         raise RuntimeError(f"only {len(models)} client(s) returned a model in the first round; failures: {failed}")
     ids = sorted(models)
@@ -277,8 +278,8 @@ def server_main(grid: Grid, cfg: TabularPdpConfig) -> dict:
     if cfg.settings:  # detection-only runs (sweep's drift demonstration) stop after (B)
         w_bar = weighted_mean({c: models[c] for c in participants}, sizes)
         models2, _, failed2 = local_fit(grid, cfg, participants, from_numpy(w_bar), levels, server_round=2,
-                                        records=records)
-        errors.record_problems(2, {c: f"clip-norm estimate: {why}" for c, why in failed2.items()}, node_of(grid))
+                                        records=records, placement=placement)
+        errors.record_problems(2, {c: f"clip-norm estimate: {why}" for c, why in failed2.items()}, placement or {})
         norms = {c: global_l2_norm([m[k].astype(np.float64) - w_bar[k] for k in w_bar]) for c, m in models2.items()}
         # An order statistic no single reply controls (privacy.clip_estimate): one norm of 1e6 among nine
         # honest ones no longer sets C. Needs 3 replies; with fewer the estimate is refused, never guessed.
@@ -295,7 +296,8 @@ def server_main(grid: Grid, cfg: TabularPdpConfig) -> dict:
     all_rows: list[dict] = []
     settings: dict[str, dict] = {}
     for setting in cfg.settings:
-        summ, rows = run_setting(grid, cfg, setting, participants, w0, levels, clip_norm, risks, sizes, errors)
+        summ, rows = run_setting(grid, cfg, setting, participants, w0, levels, clip_norm, risks, sizes, errors,
+                                 placement)
         settings[setting] = summ
         all_rows += rows
         atomic_write_jsonl(out / "rounds.jsonl", all_rows)

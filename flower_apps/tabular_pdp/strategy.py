@@ -1,9 +1,9 @@
 """tabular-pdp's aggregation: Flower's FedAvg (size-weighted) over the fixed cohort, pooled test errors.
 
-Training is FedAvg's own ``aggregate_train`` over one message per logical client
-(strategies.fixed_cohort), so the server-side DP wrappers compose with it. Evaluation goes
-through the same ``train.tabular_pdp`` handler with ``phase = evaluate`` (the router registers
-one action per study) and replies with error sums, pooled here over every test example.
+Training is FedAvg's own ``aggregate_train`` over one ``train.tabular_pdp`` message per logical
+client (strategies.fixed_cohort), so the server-side DP wrappers compose with it. Evaluation sends
+``evaluate.tabular_pdp`` messages (the ClientApp's ``evaluate`` handler), whose replies carry error
+sums, pooled here over every test example.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import logging
 from collections.abc import Iterable
 from dataclasses import replace
 
-from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
+from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAvg
 
@@ -25,21 +25,20 @@ log = logging.getLogger(__name__)
 class CohortFedAvg(FixedCohort, FedAvg):
     """Size-weighted FedAvg over ``client_ids`` (full participation; :meth:`exclude` removes some)."""
 
-    def __init__(self, client_ids: list[int], action: str) -> None:
+    def __init__(self, client_ids: list[int], action: str, placement: dict[int, int] | None = None) -> None:
         FedAvg.__init__(self, min_train_nodes=1, min_evaluate_nodes=1, min_available_nodes=1)
-        self.set_cohort(client_ids, action)
+        self.set_cohort(client_ids, action, placement)
         self.per_client_eval: dict[int, dict[str, float]] = {}
         self._eval_sent: list[Message] = []
 
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
                         grid: Grid) -> Iterable[Message]:
-        config = ConfigRecord({**dict(config), "phase": "fit"})
         return self.cohort_messages(server_round, arrays, config, grid)
 
     def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
                            grid: Grid) -> Iterable[Message]:
-        config = ConfigRecord({**dict(config), "phase": "evaluate"})
-        self._eval_sent = self.cohort_messages(server_round, arrays, config, grid, remember=False)
+        self._eval_sent = self.cohort_messages(server_round, arrays, config, grid, remember=False,
+                                               kind=MessageType.EVALUATE)
         return self._eval_sent
 
     def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:

@@ -23,7 +23,7 @@ def client_rounds(cfg, view=None, client: int = 0):
     from flower_apps.ultrasound import client_app
     from flower_apps.ultrasound.config import ACTION
     from flower_apps.ultrasound.models import create_model
-    from strategies.cohorts import build_train_messages
+    from strategies.cohorts import build_messages
 
     data_classes = _num_classes(cfg)
     model, _ = create_model(cfg.arch, data_classes, cfg.image_size, dp=cfg.dp_sgd, pretrained=cfg.pretrained,
@@ -33,7 +33,7 @@ def client_rounds(cfg, view=None, client: int = 0):
     with task_identity():
         for r in range(1, cfg.num_rounds + 1):
             conf = ConfigRecord({"run-config": cfg.to_json(), "server-round": r})
-            (msg,) = build_train_messages([(1, [client])], arrays, conf, ACTION)
+            (msg,) = build_messages([(1, [client])], arrays, conf, ACTION)
             reply = client_app.train(msg, Context(1, 1, {}, RecordDict(), {}))
             if reply.has_error():
                 raise RuntimeError(f"client {client}, round {r}: the client failed: {reply.error.reason}")

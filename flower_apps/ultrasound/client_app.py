@@ -1,8 +1,10 @@
 """Ultrasound ClientApp logic: one federated round, or a whole local-only training, for one client.
 
-The client reads everything from the message: the run config (``run-config``), the round
-(``server-round``), its logical client (``client-ids``, one per message), and FedProx's ``proximal-mu``
-when the strategy sends it.
+``train.ultrasound`` (:func:`train`): the client reads everything from the message: the run config
+(``run-config``), the round (``server-round``), its logical client (``client-ids``, one per message),
+and FedProx's ``proximal-mu`` when the strategy sends it. ``query.ultrasound`` (:func:`query`): the
+describe query of a node-local deployment (flower_apps/common/node_data.py). The study evaluates on
+the coordinator: no ``evaluate`` handler.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import time
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 
 from datasets.base import DataError
-from flower_apps.common.node_data import describe_reply, error_reply, is_query, node_data_path, node_name
+from flower_apps.common.node_data import DESCRIBE, describe_reply, error_reply, node_data_path, node_name, query_name
 from flower_apps.common.torch_utils import pick_device, record_to_state, state_to_record
 from flower_apps.config import noise_condition
 from flower_apps.ultrasound import audit, gradient_audit
@@ -22,7 +24,8 @@ from flower_apps.ultrasound.config import UltrasoundConfig
 from flower_apps.ultrasound.data import build_data, data_key, node_clients
 from flower_apps.ultrasound.models import model_skeleton
 from flower_apps.ultrasound.study import NODE_SEED_KEY, NOISE_SEED_ENV
-from flower_apps.ultrasound.train import DpSettings, client_seed, evaluate, lr_at_round, train_local
+from flower_apps.ultrasound.train import DpSettings, client_seed, lr_at_round, train_local
+from flower_apps.ultrasound.train import evaluate as evaluate_model  # not a handler: no evaluate.ultrasound
 from privacy.faults import noise_divisor
 from privacy.randomness import NoiseSource
 from strategies.cohorts import client_ids_of
@@ -84,6 +87,24 @@ def dp_settings(cfg: UltrasoundConfig, context: Context | None = None,
                       noise_divisor=noise_divisor(cfg.dp_fault))
 
 
+def _data(cfg: UltrasoundConfig, context: Context | None, name: str):
+    """(data-path or None, the data this node serves): its busi-folder, else the global partition."""
+    path = node_data_path(context, cfg.node_local_data)
+    return path, build_data(data_key(cfg)) if path is None else node_clients(str(path), name, data_key(cfg))
+
+
+def query(msg: Message, context: Context) -> Message:
+    """Answer the describe query (``query.ultrasound``): the clients this node holds, their sizes and label counts."""
+    query_name(msg, (DESCRIBE,))  # the only query it answers; any other is refused before any work
+    cfg = UltrasoundConfig.from_json(str(msg.content["config"]["run-config"]))
+    name = node_name(context)
+    try:
+        _, data = _data(cfg, context, name)
+    except DataError as exc:
+        return error_reply(msg, name, exc)
+    return describe_reply(msg, data.node, data.sizes(), data.label_counts())
+
+
 def train(msg: Message, context: Context) -> Message:
     """Handle a ``train.ultrasound`` message."""
     t0 = time.perf_counter()
@@ -91,10 +112,7 @@ def train(msg: Message, context: Context) -> Message:
     cfg = UltrasoundConfig.from_json(str(conf["run-config"]))
     name = node_name(context)
     try:  # deployment: this node's data-path only (busi-folder), never the global partition
-        path = node_data_path(context, cfg.node_local_data)
-        data = build_data(data_key(cfg)) if path is None else node_clients(str(path), name, data_key(cfg))
-        if is_query(msg):
-            return describe_reply(msg, data.node, data.sizes(), data.label_counts())
+        path, data = _data(cfg, context, name)
         (cid,) = client_ids_of(conf)  # one logical client per message (strategies.fixed_cohort)
         if path is not None and cid not in data.x:
             raise DataError(f"holds clients {sorted(data.x)}, asked for client {cid}")
@@ -144,15 +162,15 @@ def _local_only(msg, cfg, cid, model, x, y, owners, data, device, t0, dp) -> Mes
 
     def on_epoch_end(epoch: int, m) -> None:
         if epoch % e_per_round == 0:
-            curve.append(evaluate(m, data.x["test"], data.y["test"], device)["accuracy"])
+            curve.append(evaluate_model(m, data.x["test"], data.y["test"], device)["accuracy"])
 
     stats = train_local(model, x, y, epochs=cfg.num_rounds * e_per_round, batch_size=cfg.batch_size,
                         lr_for_epoch=lambda e: lr_at_round(cfg.lr, -(-e // e_per_round), cfg.num_rounds),
                         device=device, seed=client_seed(cfg.seed, 0, cid), dp=dp, owners=owners,
                         profiles=data.profiles, on_epoch_end=on_epoch_end, channels_last=cfg.channels_last)
-    test = evaluate(model, data.x["test"], data.y["test"], device)
+    test = evaluate_model(model, data.x["test"], data.y["test"], device)
     xv, yv = data.client_val_data(cid)
-    val = evaluate(model, xv, yv, device) if len(yv) else {}
+    val = evaluate_model(model, xv, yv, device) if len(yv) else {}
     rec = {"num-examples": int(len(y)), "client-id": cid, "client-ids": [cid], "train-loss": stats.loss,
            "steps": stats.steps,
            "train-seconds": stats.seconds, "step-seconds": stats.step_seconds,

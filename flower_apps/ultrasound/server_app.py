@@ -23,7 +23,7 @@ import torch
 from flwr.app import ArrayRecord, ConfigRecord, MetricRecord
 from flwr.serverapp import Grid
 
-from flower_apps.common.node_data import PlacedGrid, RoundErrors, discover, node_of
+from flower_apps.common.node_data import RoundErrors, discover
 from flower_apps.common.results import (
     atomic_write_bytes,
     atomic_write_json,
@@ -45,7 +45,7 @@ from flower_apps.ultrasound.strategy import build_ultrasound_strategy, train_rul
 from flower_apps.ultrasound.train import client_seed, evaluate, lr_at_round, train_local
 from privacy.dpsgd import DpSgdLedger, paper_sqrt_t_bound, rdp_epsilon
 from strategies.base import FastGrid
-from strategies.cohorts import build_train_messages, exchange, plan_cohorts, round_problems, wait_for_nodes
+from strategies.cohorts import build_messages, exchange, plan_cohorts, round_problems, wait_for_nodes
 from strategies.reply_rules import ReplyRules
 from strategies.resume import (
     CHECKPOINT,
@@ -121,7 +121,8 @@ def server_main(grid: Grid, cfg: UltrasoundConfig) -> dict:
     out = open_run_folder(run_dir(cfg), cfg)
     (out / "summary.json").unlink(missing_ok=True)  # this config's old summary, if any: rewritten at the end
     # Deployment: the SuperNodes say which clients they hold; the coordinator keeps only test/ and val/.
-    data, grid, deployment = _node_local(grid, cfg) if cfg.node_local_data else (build_data(data_key(cfg)), grid, {})
+    data, placement, deployment = (_node_local(grid, cfg) if cfg.node_local_data
+                                   else (build_data(data_key(cfg)), None, {}))
     device = pick_device(cfg.device)
     model, info = create_model(cfg.arch, data.num_classes, cfg.image_size, dp=cfg.dp_sgd, pretrained=cfg.pretrained,
                                weights_dir=cfg.weights_dir, seed=cfg.seed, dp_finetune=cfg.dp_finetune,
@@ -133,11 +134,11 @@ def server_main(grid: Grid, cfg: UltrasoundConfig) -> dict:
     log.info("ultrasound %s: %s on %s (%s), %d train / %d test, device %s", out.name, cfg.method, cfg.arch,
              info["weights"], len(data.y["train"]), len(data.y["test"]), device)
     if cfg.mode == "federated":
-        res = _federated(grid, cfg, model, initial, data, device, audit_recs)
+        res = _federated(grid, cfg, model, initial, data, device, audit_recs, placement)
     elif cfg.mode == "centralized":
         res = _centralized(cfg, model, data, device)
     else:
-        res = _local_only(grid, cfg, initial, data)
+        res = _local_only(grid, cfg, initial, data, placement)
     rounds, per_client, final, ledgers, timing = res
     round_errors = timing.pop("round_errors", [])
     summary = {
@@ -190,34 +191,35 @@ def _timing(round_seconds: list[float], client_rows: list[dict]) -> dict:
             "round_seconds": round_seconds}
 
 
-def _node_local(grid: Grid, cfg: UltrasoundConfig) -> tuple[UltrasoundData, Grid, dict]:
+def _node_local(grid: Grid, cfg: UltrasoundConfig) -> tuple[UltrasoundData, dict[int, int], dict]:
     """Node-local data: discover who holds which clients; a node with unusable data is left out from the start.
 
     The paper's protocol is full participation: the clients the usable nodes hold form the fixed cohort
     (a node lost mid-run still fails the round loudly, strategy.FullCohort). The summary records the
-    nodes, their clients and every node that failed, with its reason.
+    nodes, their clients and every node that failed, with its reason. Returns (the coordinator's data, the
+    placement: logical client -> the node holding it, where its messages go, the deployment summary).
     """
     found = discover(grid, ACTION, ConfigRecord({"run-config": cfg.to_json()}), cfg.round_timeout, cfg.num_clients)
     data = coordinator_data(cfg, found.sizes(), found.label_counts())
-    return data, PlacedGrid(grid, found.placement), found.summary(range(cfg.num_clients))
+    return data, found.placement, found.summary(range(cfg.num_clients))
 
 
-def _cohort(grid: Grid, cfg: UltrasoundConfig) -> list[int]:
+def _cohort(grid: Grid, cfg: UltrasoundConfig, placement: dict[int, int] | None) -> list[int]:
     """The K logical clients: one node per client when K are connected, else shared round-robin."""
-    if isinstance(grid, PlacedGrid):  # node-local data: the clients the nodes hold, each routed to its holder
-        return grid.client_ids
+    if placement is not None:  # node-local data: the clients the nodes hold, each sent to its holder
+        return sorted(placement)
     nodes = wait_for_nodes(grid, 1)
     log.info("ultrasound: %d logical clients on %d SuperNode(s)", cfg.num_clients, min(len(nodes), cfg.num_clients))
     return list(range(cfg.num_clients))
 
 
 def _federated(grid: Grid, cfg: UltrasoundConfig, model, initial: ArrayRecord, data: UltrasoundData, device,
-               audit_records: audit.AuditRecords | None = None):
-    cohort = _cohort(grid, cfg)
+               audit_records: audit.AuditRecords | None = None, placement: dict[int, int] | None = None):
+    cohort = _cohort(grid, cfg, placement)
     strategy = build_ultrasound_strategy(cfg.algorithm, proximal_mu=cfg.proximal_mu, server_lr=cfg.server_lr,
                                          beta1=cfg.beta1, beta2=cfg.beta2,
                                          buffer_keys=[n for n, _ in model.named_buffers()])
-    strategy.set_cohort(cohort, ACTION)
+    strategy.set_cohort(cohort, ACTION, placement)
     strategy.reply_rules = train_rules(len(data.y["train"]))  # every reply validated before it is averaged
     model.to(device)
     rounds: list[dict] = []
@@ -280,7 +282,7 @@ def _federated(grid: Grid, cfg: UltrasoundConfig, model, initial: ArrayRecord, d
     timing["resumed_after_rounds"] = resumed  # wall_seconds then counts only this process's rounds
     errors = RoundErrors()  # every reply refused for its content, with its round, client and reason
     for r, probs in sorted(round_problems(strategy).items()):
-        errors.record_problems(r, probs, node_of(grid))
+        errors.record_problems(r, probs, placement or {})
     timing.update(errors.summary())
     return rounds, _per_client_eval(model, data, device), final, ledgers, timing
 
@@ -327,18 +329,19 @@ def _centralized(cfg: UltrasoundConfig, model, data: UltrasoundData, device):
     return rounds, _per_client_eval(model, data, device), final, {0: ledger}, timing
 
 
-def _local_only(grid: Grid, cfg: UltrasoundConfig, initial: ArrayRecord, data: UltrasoundData):
+def _local_only(grid: Grid, cfg: UltrasoundConfig, initial: ArrayRecord, data: UltrasoundData,
+                placement: dict[int, int] | None = None):
     """Baseline: each client trains its own model for T x E epochs (one message per client)."""
 
     conf = ConfigRecord({"run-config": cfg.to_json(), "server-round": 0})
-    plan = plan_cohorts(_cohort(grid, cfg), list(grid.get_node_ids()), 1)
+    plan = plan_cohorts(_cohort(grid, cfg, placement), list(grid.get_node_ids()), 1, placement)
     # A local-only reply carries metrics, no model (strategies.reply_rules); per-client scores may be NaN
     # (an AUC on a one-class validation split), sizes are bounded by the plan.
     rules = ReplyRules(returns_model=False, max_examples=max(1, len(data.y["train"])),
                        nonfinite_metrics=frozenset(f"{s}-{k}" for s in ("test", "val")
                                                    for k in ("accuracy", "f1", "precision", "recall", "specificity",
                                                              "auc")))
-    checked = exchange(grid, build_train_messages(plan, initial, conf, ACTION), cfg.round_timeout, array_claims="none",
+    checked = exchange(grid, build_messages(plan, initial, conf, ACTION), cfg.round_timeout, array_claims="none",
                        rules=rules)
     if checked.problem_of:
         cid, why = min(checked.problem_of.items())

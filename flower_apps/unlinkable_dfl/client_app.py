@@ -1,6 +1,7 @@
 """unlinkable-dfl ClientApp: each logical node's learner (train + fragment, then aggregate its pool).
 
-One action, two phases (``config['phase']``):
+``train.unlinkable_dfl`` (:func:`train`), two steps named by ``config['phase']`` (one message type,
+two kinds: both make the node's new model, so both are Flower train messages):
 
 * ``train``: for every node in ``client-ids`` (the logical nodes this SuperNode plays) load its current model (``client.<id>``),
   train on its Dirichlet shard, flatten the shareable state, fragment and encode it,
@@ -17,9 +18,10 @@ by the ServerApp, which plays the world (see docs/unlinkable_dfl.md).
 
 Deployment (``node-local-data = true``): local training is the only step that touches training
 data and it runs here, so a SuperNode trains on its ``data-path`` shards and nothing else
-(:func:`flower_apps.unlinkable_dfl.data.node_shards`); it answers the server's describe message
-with the logical nodes it holds. The aggregate phase then does not evaluate: the coordinator
-evaluates every node's model on its ``eval-data-path`` (a SuperNode holds no test set).
+(:func:`flower_apps.unlinkable_dfl.data.node_shards`); it answers the server's describe query
+(``query.unlinkable_dfl``, :func:`query`) with the logical nodes it holds. The aggregate phase then
+does not evaluate: the coordinator evaluates every node's model on its ``eval-data-path`` (a SuperNode
+holds no test set).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ import numpy as np
 from flwr.app import ConfigRecord, Context, Message, MetricRecord, RecordDict
 
 from datasets.base import DataError
-from flower_apps.common.node_data import describe_reply, error_reply, is_query, node_data_path, node_name
+from flower_apps.common.node_data import DESCRIBE, describe_reply, error_reply, node_data_path, node_name, query_name
 from flower_apps.common.torch_utils import record_to_state, state_to_record
 from flower_apps.unlinkable_dfl.config import UdflConfig
 from flower_apps.unlinkable_dfl.data import build_data_plan, data_key, node_shards
@@ -40,12 +42,12 @@ from flower_apps.unlinkable_dfl.node import (
     choose_sends,
     corrupt,
     encode_state,
-    evaluate,
     fragment_layout,
     node_generator,
     torch_generator,
     train_local,
 )
+from flower_apps.unlinkable_dfl.node import evaluate as evaluate_model  # not a handler: no evaluate.unlinkable_dfl
 from strategies.cohorts import client_ids_of
 from strategies.records import client_key
 
@@ -57,16 +59,31 @@ def _model_for(cfg: UdflConfig, plan):
     return build_model(cfg.model, cfg.seed, c, plan.num_classes, h)
 
 
+def _plan(cfg: UdflConfig, context: Context | None, name: str):
+    """(data-path or None, the data this node serves): its node-local shards, else the global plan."""
+    path = node_data_path(context, cfg.node_local_data)
+    return path, build_data_plan(data_key(cfg)) if path is None else node_shards(str(path), name)
+
+
+def query(msg: Message, context: Context) -> Message:
+    """Answer the describe query (``query.unlinkable_dfl``): the logical nodes this SuperNode holds."""
+    query_name(msg, (DESCRIBE,))  # the only query it answers; any other is refused before any work
+    cfg = UdflConfig.from_json(str(msg.content["config"]["run-config"]))
+    name = node_name(context)
+    try:
+        _, plan = _plan(cfg, context, name)
+    except DataError as exc:
+        return error_reply(msg, name, exc)
+    return describe_reply(msg, plan.node, plan.sizes(), plan.label_counts())
+
+
 def train(msg: Message, context: Context) -> Message:
-    """Dispatch on the phase named in the message."""
+    """Dispatch on the step (``phase``) named in the message."""
     conf = msg.content["config"]
     cfg = UdflConfig.from_json(str(conf["run-config"]))
     name = node_name(context)
     try:  # deployment: this node's data-path only, never the global partition
-        path = node_data_path(context, cfg.node_local_data)
-        plan = build_data_plan(data_key(cfg)) if path is None else node_shards(str(path), name)
-        if is_query(msg):
-            return describe_reply(msg, plan.node, plan.sizes(), plan.label_counts())
+        path, plan = _plan(cfg, context, name)
         if path is not None and not set(client_ids_of(conf)) <= set(plan.x):
             raise DataError(f"holds nodes {sorted(plan.x)}, asked for {client_ids_of(conf)}")
     except DataError as exc:
@@ -140,7 +157,7 @@ def _aggregate_phase(cfg: UdflConfig, plan, content: RecordDict, round_: int) ->
                                   cfg.krum_fallback)
         model.load_state_dict(load_vector(state, keys, vector))
         agg_cpu = time.process_time() - c0
-        acc, loss = evaluate(model, x_test, y_test) if x_test is not None else (float("nan"), float("nan"))
+        acc, loss = evaluate_model(model, x_test, y_test) if x_test is not None else (float("nan"), float("nan"))
         out[client_key(node)] = state_to_record(model)
         out[f"metrics.{node}"] = MetricRecord({
             "test-acc": acc, "test-loss": loss, "aggregate-cpu-s": agg_cpu,

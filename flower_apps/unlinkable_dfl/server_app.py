@@ -1,11 +1,13 @@
 """unlinkable-dfl ServerApp: the world (virtual time, network, churn), never an aggregator.
 
 Per round: (1) churn: departed nodes may rejoin; (2) each live node gets a ``train``
-message with its current model and its live learning neighbours, and answers with its
+step (a ``train.unlinkable_dfl`` message, ``phase = train``) with its current model and its live
+learning neighbours, and answers with its
 trained model, its encoded fragments and the (receiver, fragment) pairs it wants to send;
 (3) the world pushes those payloads through the transport (the Sphinx mixnet simulator,
 the direct "mixnet off" transport, or instant delivery for the baseline), crashing the
-nodes scheduled to leave; (4) each node still alive gets an ``aggregate`` message with
+nodes scheduled to leave; (4) each node still alive gets an ``aggregate`` step (``train.unlinkable_dfl``,
+``phase = aggregate``: both steps make the node's new model, so both are Flower train messages) with
 its trained model and the anonymous payloads its inbox received, aggregates its own pool
 and returns its new model and test accuracy. The world keeps every node's model between
 rounds: it plays the nodes' memory as well as the network, which is why node state can
@@ -47,7 +49,7 @@ from flower_apps.unlinkable_dfl.node import fragment_layout
 from flower_apps.unlinkable_dfl.world import MEANINGFUL, World, honest_mean
 from mixnet.metrics import h_path, h_relay
 from registry import streams
-from strategies.cohorts import build_train_messages, exchange, plan_cohorts, planned_clients, wait_for_nodes
+from strategies.cohorts import build_messages, exchange, plan_cohorts, planned_clients, wait_for_nodes
 from strategies.records import client_key
 from strategies.reply_rules import ReplyRules
 
@@ -69,14 +71,6 @@ def _byzantine_nodes(cfg: UdflConfig) -> set[int]:
     if not k:
         return set()
     return set(streams.rng("unlinkable-dfl.byzantine-nodes", cfg.seed).choice(cfg.num_nodes, k, replace=False).tolist())
-
-
-def _node_local_cohorts(nodes: list[int], placement: dict[int, int], per_message: int) -> list[tuple[int, list[int]]]:
-    """Cohorts of logical nodes that each lie on one SuperNode (the one holding their data)."""
-    by_holder: dict[int, list[int]] = {}
-    for n in nodes:
-        by_holder.setdefault(placement[n], []).append(n)
-    return [(h, ns[i:i + per_message]) for h, ns in sorted(by_holder.items()) for i in range(0, len(ns), per_message)]
 
 
 def reply_rules(cfg: UdflConfig, phase: str) -> ReplyRules:
@@ -129,10 +123,10 @@ def _exchange(grid: Grid, cfg: UdflConfig, phase: str, round_: int, nodes: list[
     simulation any failure is a bug and stops the run; with node-local data (``placement``) a
     failed SuperNode's logical nodes sit the phase out, like crashed nodes, and ``errors`` keeps why.
     """
+    # One message type (train) with two steps: "phase" names which (client_app.train dispatches on it).
     common = {"run-config": cfg.to_json(), "phase": phase, "server-round": round_, **(extra or {})}
-    cohorts = (plan_cohorts(nodes, supernodes, cfg.clients_per_message) if placement is None
-               else _node_local_cohorts(nodes, placement, cfg.clients_per_message))
-    messages = build_train_messages(cohorts, ArrayRecord(), ConfigRecord(common), ACTION)
+    cohorts = plan_cohorts(nodes, supernodes, cfg.clients_per_message, placement)
+    messages = build_messages(cohorts, ArrayRecord(), ConfigRecord(common), ACTION)
     for msg in messages:
         del msg.content["arrays"]
         for node in planned_clients(msg):
@@ -195,8 +189,7 @@ def _run_rounds(grid, cfg, out, t_start, plan, init, num_values, layout, models,
     supernodes = wait_for_nodes(grid, 1)
     placement, deployment, errors = None, {}, RoundErrors()
     if cfg.node_local_data:
-        found = discover(grid, ACTION, ConfigRecord({"run-config": cfg.to_json(), "phase": "train"}),
-                         cfg.round_timeout, cfg.num_nodes)
+        found = discover(grid, ACTION, ConfigRecord({"run-config": cfg.to_json()}), cfg.round_timeout, cfg.num_nodes)
         placement, deployment = found.placement, found.summary(range(cfg.num_nodes))
         world.exclude(deployment["missing_clients"])  # no SuperNode holds their data: absent all run
     curious = CuriousRecipientRecorder(cfg.curious_node, layout) if cfg.curious_node >= 0 else None

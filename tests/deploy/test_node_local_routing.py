@@ -1,7 +1,8 @@
-"""Node-local data without processes: the describe round, error replies that name the node, routing.
+"""Node-local data without processes: the describe query, error replies that name the node, placement.
 
-The real dfl-dp ClientApp handler answers on a fake grid (tests/conftest.py), each node with its
-own ``data-path`` in its node config, as a SuperNode started with ``--node-config`` would.
+The real root ClientApp (flower_apps.router: each message type to the study's handler) answers on a
+fake grid (tests/conftest.py), each node with its own ``data-path`` in its node config, as a SuperNode
+started with ``--node-config`` would.
 """
 
 from __future__ import annotations
@@ -14,11 +15,11 @@ from flwr.app import ArrayRecord, Context, RecordDict
 
 from datasets.base import DataError
 from datasets.node_local import write_image_node
-from flower_apps.common.node_data import NODE_DATA_ERROR, PlacedGrid, discover, node_data_path
-from flower_apps.dfl_dp import client_app
+from flower_apps.common.node_data import NODE_DATA_ERROR, discover, node_data_path
 from flower_apps.dfl_dp.config import ACTION
 from flower_apps.dfl_dp.server_app import config_record_for
-from strategies.cohorts import build_train_messages, config_record, plan_cohorts
+from flower_apps.router import client_app
+from strategies.cohorts import build_messages, plan_cohorts
 
 
 def _folder(root, clients, name):
@@ -31,7 +32,7 @@ def _folder(root, clients, name):
 def _handler(paths):
     def handle(node_id, msg):
         cfg = {"data-path": str(paths[node_id])} if node_id in paths else {}
-        return client_app.train(msg, Context(1, node_id, {**cfg, "node-name": f"site-{node_id}"}, RecordDict(), {}))
+        return client_app(msg, Context(1, node_id, {**cfg, "node-name": f"site-{node_id}"}, RecordDict(), {}))
     return handle
 
 
@@ -68,17 +69,48 @@ def test_two_nodes_claiming_one_client_refuse_the_run(tmp_path, cfg, fake_grid_c
         discover(fake_grid_cls([1], _handler(paths)), ACTION, config_record_for(cfg), 10.0, cfg.num_clients)
 
 
-def test_placed_grid_routes_each_message_to_the_holder(fake_grid_cls):
-    grid = PlacedGrid(fake_grid_cls([5, 9], lambda n, m: m), {0: 9, 1: 9, 2: 5, 3: 5})
-    assert grid.get_node_ids() == [5, 9]
-    msgs = build_train_messages(plan_cohorts([0, 1, 2, 3], grid.get_node_ids(), 2), ArrayRecord(),
-                                config_record({}), "x")
-    assert [m.metadata.dst_node_id for m in msgs] == [5, 9]  # round-robin put clients 0,1 on node 5
-    grid.push_messages(msgs)
-    assert [m.metadata.dst_node_id for m in msgs] == [9, 5]  # routed to the holders
-    spanning = build_train_messages([(5, [1, 2])], ArrayRecord(), config_record({}), "x")
-    with pytest.raises(ValueError, match=r"clients \[1, 2\] spans nodes \[5, 9\]"):
-        grid.push_messages(spanning)
+def test_the_placement_addresses_each_message_to_the_holder():
+    placement = {0: 9, 1: 9, 2: 5, 3: 5}
+    assert plan_cohorts([0, 1, 2, 3], [5, 9], 2) == [(5, [0, 1]), (9, [2, 3])]  # round-robin: the wrong nodes
+    assert plan_cohorts([0, 1, 2, 3], [5, 9], 2, placement) == [(9, [0, 1]), (5, [2, 3])]  # the holders
+    # a message holds consecutive clients of one node: the order (a chain's) is kept, nothing spans two nodes
+    assert plan_cohorts([0, 2, 1, 3], [5, 9], 2, placement) == [(9, [0]), (5, [2]), (9, [1]), (5, [3])]
+    assert plan_cohorts([0, 1, 2, 3], [5, 9], 1, placement) == [(9, [0]), (9, [1]), (5, [2]), (5, [3])]
+    with pytest.raises(ValueError, match=r"no node holds client\(s\) \[4\]"):
+        plan_cohorts([0, 4], [5, 9], 1, placement)
+
+
+@pytest.mark.parametrize("framework", ["fl", "sequential-dfl"])
+def test_the_strategies_send_each_message_to_the_node_of_the_placement(fake_grid_cls, framework):
+    from flwr.app import ConfigRecord
+
+    from strategies.records import from_numpy
+    from strategies.registry import build_strategy
+
+    strategy = build_strategy(framework, [0, 1, 2, 3], "x", 2, placement={0: 9, 1: 9, 2: 5, 3: 5})
+    grid = fake_grid_cls([5, 9, 11], lambda n, m: m)  # node 11 holds nothing: round-robin would use it
+    msgs = list(strategy.configure_train(1, from_numpy({"w": np.zeros(2, np.float32)}), ConfigRecord(), grid))
+    assert [(m.metadata.dst_node_id, list(m.content["config"]["client-ids"])) for m in msgs] == [(9, [0, 1]),
+                                                                                                 (5, [2, 3])]
+
+
+def test_a_framework_that_plans_no_logical_clients_refuses_a_placement():
+    from strategies.base import PatternStrategy
+    from strategies.registry import FRAMEWORKS, build_strategy, register_framework
+
+    class NoPlan(PatternStrategy):  # plans its own messages (as Flower's node-sampling strategies do)
+        def __init__(self, client_ids, action, clients_per_message=1):
+            pass
+
+        configure_train = aggregate_train = summary = None  # never called here
+
+    register_framework("no-plan-test", NoPlan, None)
+    try:
+        assert isinstance(build_strategy("no-plan-test", [0], "x"), NoPlan)
+        with pytest.raises(ValueError, match="does not plan messages over logical clients: no placement"):
+            build_strategy("no-plan-test", [0], "x", placement={0: 1})
+    finally:
+        del FRAMEWORKS["no-plan-test"]
 
 
 def test_a_node_asked_for_clients_it_does_not_hold_replies_with_an_error(tmp_path, cfg, fake_grid_cls):
@@ -86,7 +118,7 @@ def test_a_node_asked_for_clients_it_does_not_hold_replies_with_an_error(tmp_pat
     grid = fake_grid_cls([1], _handler(paths))
     conf = config_record_for(cfg)
     conf["server-round"] = 1
-    (msg,) = build_train_messages([(1, [4])], ArrayRecord(), conf, ACTION)
+    (msg,) = build_messages([(1, [4])], ArrayRecord(), conf, ACTION)
     reply = grid.send_and_receive([msg])[0]
     assert reply.has_error() and reply.error.code == NODE_DATA_ERROR
     assert reply.error.reason == "site-1: holds clients [0, 1], asked for [4]"
@@ -118,9 +150,8 @@ def test_tabular_nodes_describe_their_tables_and_a_bad_csv_is_named(tmp_path, fa
     from datasets.cancer import generate_cancer_table
     from datasets.node_local import write_table_node
     from flower_apps.router import prepare
-    from flower_apps.tabular_pdp import client_app as tab_client
     from flower_apps.tabular_pdp.config import ACTION as TAB_ACTION
-    from flower_apps.tabular_pdp.phases import phase_config
+    from flower_apps.tabular_pdp.phases import message_config
 
     df = generate_cancer_table().head(30)
     write_table_node(tmp_path / "a", {0: df.iloc[:12], 1: df.iloc[12:]}, node="country-a")
@@ -130,10 +161,10 @@ def test_tabular_nodes_describe_their_tables_and_a_bad_csv_is_named(tmp_path, fa
     def handle(node_id, msg):
         ctx = Context(1, node_id, {"data-path": str(paths[node_id]), "node-name": f"country-{'ab'[node_id - 1]}"},
                       RecordDict(), {})
-        return tab_client.train(msg, ctx)
+        return client_app(msg, ctx)
 
     _, cfg = prepare({"study": "tabular-pdp", "preset": "smoke", "num-clients": 3, "node-local-data": True})
-    found = discover(fake_grid_cls([1, 2], handle), TAB_ACTION, phase_config(cfg, "describe"), 10.0, 3)
+    found = discover(fake_grid_cls([1, 2], handle), TAB_ACTION, message_config(cfg), 10.0, 3)
     assert found.placement == {0: 1, 1: 1} and found.sizes() == {0: 12, 1: 18}
     assert found.errors[2].startswith("country-b")
     assert "client-2.csv: missing column(s) Obesity_Level" in found.errors[2]
@@ -145,7 +176,8 @@ def _failing_from(round_from: int, node: int, handle):
 
     def wrapped(node_id, msg):
         cfg = msg.content["config"]
-        if node_id == node and int(cfg.get("server-round", 0)) >= round_from and cfg.get("phase", "fit") == "fit":
+        if node_id == node and int(cfg.get("server-round", 0)) >= round_from and msg.metadata.message_type.startswith(
+                "train."):
             return error_reply(msg, f"site-{node_id}", DataError("client-3.npz: not a readable .npz"))
         return handle(node_id, msg)
     return wrapped
@@ -177,7 +209,6 @@ def test_dfl_dp_node_failing_mid_run_is_named_in_the_summary_and_the_others_trai
 def test_tabular_node_failing_mid_run_is_named_in_the_summary(tmp_path, fake_grid_cls):
     from deploy.export import export
     from flower_apps.router import prepare
-    from flower_apps.tabular_pdp import client_app as tab_client
     from flower_apps.tabular_pdp.server_app import server_main
 
     small = {"num-clients": 4, "num-rounds": 2, "tab-settings": "vanilla,pdp", "tab-levels": "2,1,0,0",
@@ -187,14 +218,14 @@ def test_tabular_node_failing_mid_run_is_named_in_the_summary(tmp_path, fake_gri
 
     def handle(node_id, msg):
         ctx = Context(1, node_id, {"data-path": str(paths[node_id]), "node-name": f"site-{node_id}"}, RecordDict(), {})
-        return tab_client.train(msg, ctx)
+        return client_app(msg, ctx)
 
     sent = {"fit": 0}
 
     def flaky(node_id, msg):  # node 2 answers its first four fit messages, then fails
         from flower_apps.common.node_data import error_reply
 
-        if node_id == 2 and msg.content["config"].get("phase") == "fit":
+        if node_id == 2 and msg.metadata.message_type == "train.tabular_pdp":
             sent["fit"] += 1
             if sent["fit"] > 4:
                 return error_reply(msg, "site-2", DataError("client-3.csv: unreadable"))

@@ -1,7 +1,8 @@
 """unlinkable-dfl and ultrasound with node-local data, in process: the real ServerApp and ClientApp logic.
 
 ``deploy.export`` writes the simulated partition into one folder per node; a fake grid
-(tests/conftest.py) delivers every message to the real ``client_app.train`` with the node's
+(tests/conftest.py) delivers every message to the real root ClientApp (``flower_apps.router``: each
+message type to the study's handler) with the node's
 ``data-path`` in its node config, as a SuperNode started with ``--node-config`` would. Checked:
 the deployed run ends with the same models as the simulation of the same seed (the loopback run
 with real SuperNodes is in test_node_local_federation.py, slow), a node whose folder is malformed
@@ -20,7 +21,7 @@ from flwr.app import Context, RecordDict
 
 from datasets.base import DataError
 from deploy.export import export
-from flower_apps.router import prepare
+from flower_apps.router import client_app, prepare
 
 UDFL = {"num-clients": 6, "num-rounds": 2}
 # Idle 2-core machine: each test here takes 5-7 s.
@@ -51,16 +52,15 @@ def _bad_images_node(root, study: str) -> None:
 
 
 def test_unlinkable_dfl_node_local_equals_the_simulation_and_names_the_bad_node(tmp_path, fake_grid_cls):
-    from flower_apps.unlinkable_dfl import client_app
     from flower_apps.unlinkable_dfl.server_app import server_main
 
     rec = export("unlinkable-dfl", 2, 0, tmp_path / "data", "smoke", UDFL)
     assert [n["client_ids"] for n in rec["nodes"].values()] == [[0, 1, 2], [3, 4, 5]]
     _bad_images_node(tmp_path / "data" / "node-2", "unlinkable-dfl")
     paths = {1: tmp_path / "data" / "node-0", 2: tmp_path / "data" / "node-1", 3: tmp_path / "data" / "node-2"}
-    dep = _run("unlinkable-dfl", server_main, _grid(fake_grid_cls, client_app.train, paths),
+    dep = _run("unlinkable-dfl", server_main, _grid(fake_grid_cls, client_app, paths),
                {**rec["run_config"], **UDFL}, tmp_path / "deployed")
-    sim = _run("unlinkable-dfl", server_main, _grid(fake_grid_cls, client_app.train, {}), UDFL, tmp_path / "sim")
+    sim = _run("unlinkable-dfl", server_main, _grid(fake_grid_cls, client_app, {}), UDFL, tmp_path / "sim")
     s = dep["summary"]
     assert s["node_local_data"] and s["missing_clients"] == [] and s["round_errors"] == []
     assert {n["node"]: n["client_ids"] for n in s["nodes"]} == {"node-0": [0, 1, 2], "node-1": [3, 4, 5]}
@@ -78,13 +78,12 @@ def test_unlinkable_dfl_node_local_equals_the_simulation_and_names_the_bad_node(
 
 
 def test_unlinkable_dfl_a_failed_node_sits_out_and_the_summary_says_why(tmp_path, fake_grid_cls):
-    from flower_apps.unlinkable_dfl import client_app
     from flower_apps.unlinkable_dfl.server_app import server_main
 
     rec = export("unlinkable-dfl", 3, 0, tmp_path / "data", "smoke", UDFL)
     shutil.rmtree(tmp_path / "data" / "node-2" / "unlinkable-dfl")  # node-2 has no data at all
     paths = {i + 1: tmp_path / "data" / f"node-{i}" for i in range(3)}
-    dep = _run("unlinkable-dfl", server_main, _grid(fake_grid_cls, client_app.train, paths),
+    dep = _run("unlinkable-dfl", server_main, _grid(fake_grid_cls, client_app, paths),
                {**rec["run_config"], **UDFL}, tmp_path / "deployed")
     s = dep["summary"]
     assert s["missing_clients"] == [4, 5] and s["node_errors"][0]["error"].startswith("site-3")
@@ -100,7 +99,6 @@ def _bad_busi_node(root) -> None:
 
 
 def test_ultrasound_node_local_equals_the_simulation_and_names_the_bad_node(tmp_path, fake_grid_cls):
-    from flower_apps.ultrasound import client_app
     from flower_apps.ultrasound.server_app import server_main
 
     rec = export("ultrasound", 2, 0, tmp_path / "data", "smoke", US)
@@ -108,9 +106,9 @@ def test_ultrasound_node_local_equals_the_simulation_and_names_the_bad_node(tmp_
     assert all((coord / part / c).is_dir() for part in ("test", "val") for c in ("benign", "malignant", "normal"))
     _bad_busi_node(tmp_path / "data" / "node-2")
     paths = {1: tmp_path / "data" / "node-0", 2: tmp_path / "data" / "node-1", 3: tmp_path / "data" / "node-2"}
-    dep = _run("ultrasound", server_main, _grid(fake_grid_cls, client_app.train, paths), {**rec["run_config"], **US},
+    dep = _run("ultrasound", server_main, _grid(fake_grid_cls, client_app, paths), {**rec["run_config"], **US},
                tmp_path / "deployed")
-    sim = _run("ultrasound", server_main, _grid(fake_grid_cls, client_app.train, {}), US, tmp_path / "sim")
+    sim = _run("ultrasound", server_main, _grid(fake_grid_cls, client_app, {}), US, tmp_path / "sim")
     s = dep["summary"]
     (err,) = s["node_errors"]
     assert err["error"].startswith("site-3: node-2: ") and "class folder(s) ['normal', 'malignant'] missing" in err["error"]

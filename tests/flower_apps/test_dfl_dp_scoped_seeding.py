@@ -21,7 +21,7 @@ from flower_apps.dfl_dp.config import ACTION
 from flower_apps.dfl_dp.data import node_clients
 from flower_apps.dfl_dp.server_app import config_record_for
 from models.small_cnn import build_small_cnn
-from strategies.cohorts import build_train_messages
+from strategies.cohorts import build_messages
 from strategies.records import client_key
 
 CLIENTS, ROUND = [0, 1], 2
@@ -64,7 +64,7 @@ def test_client_training_is_the_old_one_and_leaves_the_global_generator_alone(ru
     initial = initial_model.state_dict()
     conf = config_record_for(cfg)
     conf["server-round"] = ROUND
-    (msg,) = build_train_messages([(1, CLIENTS)], state_to_record(initial_model), conf, ACTION)
+    (msg,) = build_messages([(1, CLIENTS)], state_to_record(initial_model), conf, ACTION)
     old = _old_form(cfg, path, initial)
 
     torch.manual_seed(12345)

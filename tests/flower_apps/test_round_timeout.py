@@ -94,7 +94,7 @@ def test_dfl_dp_waits_round_timeout_then_counts_the_silent_cohort_failed(tmp_pat
 
 
 def test_tabular_pdp_phases_and_rounds_wait_round_timeout(tmp_path, hanging_grid_cls):
-    from flower_apps.tabular_pdp import client_app
+    from flower_apps.router import client_app
     from flower_apps.tabular_pdp.server_app import server_main
 
     cfg = _cfg(tmp_path, **{"study": "tabular-pdp", "num-clients": 4, "num-rounds": 1, "local-epochs": 1,
@@ -102,12 +102,12 @@ def test_tabular_pdp_phases_and_rounds_wait_round_timeout(tmp_path, hanging_grid
     fits = {"n": 0}
 
     def hang(node, msg):  # client 3 answers its first fit (drift detection), then hangs in every fit
-        if _client_ids(msg) != [3] or msg.content["config"]["phase"] != "fit":
+        if _client_ids(msg) != [3] or msg.metadata.message_type != "train.tabular_pdp":
             return False
         fits["n"] += 1
         return fits["n"] > 1
 
-    grid = hanging_grid_cls([1], lambda node, msg: client_app.train(msg, None), hang)
+    grid = hanging_grid_cls([1], lambda node, msg: client_app(msg, None), hang)
     summary = server_main(grid, cfg)
     # one wait in phases.exchange (the clip-norm estimate's fit), one in Strategy.start (the vanilla round)
     _assert_waited_round_timeout(grid, 2)

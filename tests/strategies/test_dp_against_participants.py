@@ -183,7 +183,7 @@ def test_tabular_reply_speaking_for_another_client_is_rejected(fake_grid_cls, se
     else:
         wrapper = PersonalizedServerSideClipping(base, 0.05, 8.5, {c: 0.12 for c in clients}, rng)
     grid = fake_grid_cls([11, 12, 13, 14], tab_handler(liar_node=13, claim=0))
-    msgs = list(wrapper.configure_train(1, from_numpy(zero_model()), ConfigRecord({"phase": "fit"}), grid))
+    msgs = list(wrapper.configure_train(1, from_numpy(zero_model()), ConfigRecord(), grid))
     replies = grid.send_and_receive(msgs)
     arrays, _ = wrapper.aggregate_train(1, replies)
     assert arrays is not None

@@ -240,17 +240,17 @@ def test_dfl_dp_hostile_client_is_refused_and_changes_nothing(tmp_path, fake_gri
 
 
 def test_tabular_pdp_hostile_client_is_refused_in_every_setting(tmp_path, fake_grid_cls, seed_file):
-    from flower_apps.tabular_pdp import client_app
+    from flower_apps.router import client_app  # every tabular-pdp message type, routed as on a SuperNode
     from flower_apps.tabular_pdp.server_app import model_path, run_dir, server_main
 
     corr = [c for c in CORRUPTIONS if c not in FRAG_CORRUPTIONS]
     over = {"study": "tabular-pdp", "num-clients": 4, "num-rounds": 7, "local-epochs": 1,
             "tab-settings": "vanilla,gdp,pdp", "tab-drift-exclude": False, "noise-seed-file": seed_file}
-    is_fit = lambda msg: str(msg.content["config"].get("phase", "")) == "fit"
+    is_fit = lambda msg: msg.metadata.message_type == "train.tabular_pdp"
     out = {}
     for mode in ("baseline", "forged"):
         # the first two fits (drift detection, clip-norm estimate) stay honest, so the cohort is the same
-        h = HostileHandler(lambda m, c: client_app.train(m, None), mode, corr, skip=2, is_train=is_fit)
+        h = HostileHandler(lambda m, c: client_app(m, None), mode, corr, skip=2, is_train=is_fit)
         cfg = _cfg(tmp_path / mode, **over)
         summary = server_main(fake_grid_cls([1], lambda node, msg: h(node, msg)), cfg)  # noqa: B023 - runs within this iteration
         out[mode] = (h, summary, {s: _final_state(model_path(run_dir(cfg), s)) for s in ("vanilla", "gdp", "pdp")})

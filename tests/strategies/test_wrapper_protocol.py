@@ -20,7 +20,7 @@ from privacy.audit import CanarySet, make_canaries
 from privacy.randomness import NoiseSource
 from strategies.base import FastGrid, PatternStrategy
 from strategies.canaries import CanaryInsertion
-from strategies.cohorts import PlanChecked, build_train_messages, round_problems
+from strategies.cohorts import PlanChecked, build_messages, round_problems
 from strategies.drift_guard import DriftGuard
 from strategies.fedavg_equal import EqualWeightFedAvg
 from strategies.fedavg_examples import ExampleWeightedFedAvg
@@ -79,7 +79,7 @@ class Recorder(PatternStrategy):
         self.calls: list[tuple] = []
         self.limits = Limits()
         self.clip = None
-        self.messages = _pushed(build_train_messages([(1, [0])], ARRAYS, ConfigRecord(), "x"))
+        self.messages = _pushed(build_messages([(1, [0])], ARRAYS, ConfigRecord(), "x"))
 
     @property
     def weight_key(self) -> str:

@@ -141,19 +141,20 @@ def test_k_larger_than_the_records_or_unreachable_is_an_error(crafted_csv):
 
 
 def test_harmonization_runs_through_flower_messages(crafted_csv, fake_grid_cls):
-    from flower_apps.tabular_pdp.client_app import train
+    from flower_apps.router import client_app
     from flower_apps.tabular_pdp.phases import anonymize_and_harmonize
 
     cfg = make_cfg(**{"dataset": "cancer-csv", "data-dir": str(crafted_csv), "num-clients": 4})
-    grid = fake_grid_cls([11, 12, 13, 14], lambda node, msg: train(msg, None))
+    grid = fake_grid_cls([11, 12, 13, 14], lambda node, msg: client_app(msg, None))
     out = anonymize_and_harmonize(grid, cfg, [0, 1, 2, 3])
     assert {c: v["levels"] for c, v in out.own.items()} == {0: [0, 0, 0, 0], 1: [1, 0, 0, 0], 2: [2, 1, 0, 0]}
     assert out.levels == (2, 1, 0, 0) and out.levels_source.startswith("element-wise maximum")
     assert "k=5 exceeds the client's 3 records" in out.skipped[3] and out.regions[3] == "D"
     assert out.active == [0, 1, 2]
-    phases = [(m.content["config"]["phase"], list(m.content["config"].get("levels", []))) for _, m in grid.log]
-    assert phases[:4] == [("anonymize", [])] * 4
-    assert phases[4:] == [("harmonize", [2, 1, 0, 0])] * 3  # the skipped client gets no harmonize message
+    queries = [(m.metadata.message_type, m.content["config"]["query"], list(m.content["config"].get("levels", [])))
+               for _, m in grid.log]
+    assert queries[:4] == [("query.tabular_pdp", "anonymize", [])] * 4
+    assert queries[4:] == [("query.tabular_pdp", "harmonize", [2, 1, 0, 0])] * 3  # none for the skipped client
     for _cid, h in out.harmonized.items():
         assert h["k"] >= 5 and h["suppressed"] >= 0 and h["n_records"] + h["suppressed"] == h["n_original"]
         assert 0 < h["arirec"] <= 0.2
@@ -162,22 +163,22 @@ def test_harmonization_runs_through_flower_messages(crafted_csv, fake_grid_cls):
 
 
 def test_every_client_failing_stops_the_run_with_the_reasons(crafted_csv, fake_grid_cls):
-    from flower_apps.tabular_pdp.client_app import train
+    from flower_apps.router import client_app
     from flower_apps.tabular_pdp.phases import anonymize_and_harmonize
 
     cfg = make_cfg(**{"dataset": "cancer-csv", "data-dir": str(crafted_csv), "num-clients": 4, "tab-k": 500})
-    grid = fake_grid_cls([1], lambda node, msg: train(msg, None))
+    grid = fake_grid_cls([1], lambda node, msg: client_app(msg, None))
     with pytest.raises(RuntimeError, match="failed on every client: client 0: k=500 exceeds the client's 300"):
         anonymize_and_harmonize(grid, cfg, [0, 1, 2, 3])
 
 
 def test_fixed_levels_that_suppress_too_much_skip_the_client_with_a_reason(crafted_csv, fake_grid_cls):
-    from flower_apps.tabular_pdp.client_app import train
+    from flower_apps.router import client_app
     from flower_apps.tabular_pdp.phases import anonymize_and_harmonize
 
     cfg = make_cfg(**{"dataset": "cancer-csv", "data-dir": str(crafted_csv), "num-clients": 3,
                       "tab-levels": "0,0,0,0"})
-    grid = fake_grid_cls([1, 2], lambda node, msg: train(msg, None))
+    grid = fake_grid_cls([1, 2], lambda node, msg: client_app(msg, None))
     out = anonymize_and_harmonize(grid, cfg, [0, 1, 2])
     assert out.levels_source == "fixed by tab-levels" and not out.own
     assert out.active == [0] and "more than tab-suppression=0.1" in out.skipped[2]
@@ -186,7 +187,7 @@ def test_fixed_levels_that_suppress_too_much_skip_the_client_with_a_reason(craft
 def test_nonexistent_levels_fail_in_config_and_in_a_client():
     from flwr.app import ArrayRecord, ConfigRecord, Message, RecordDict
 
-    from flower_apps.tabular_pdp.client_app import train
+    from flower_apps.tabular_pdp.client_app import query
 
     with pytest.raises(ConfigError, match="tab-levels: level 3 of Age does not exist"):
         make_cfg(**{"tab-levels": "3,0,0,0"})
@@ -194,8 +195,8 @@ def test_nonexistent_levels_fail_in_config_and_in_a_client():
         make_cfg(**{"tab-levels": "2,1,x,0"})
     cfg = make_cfg()
     msg = Message(RecordDict({"arrays": ArrayRecord(), "config": ConfigRecord(
-        {"run-config": cfg.to_json(), "phase": "harmonize", "levels": [2, 2, 0, 0], "client-ids": [0]})}),
-        message_type="train.tabular_pdp", dst_node_id=1)
+        {"run-config": cfg.to_json(), "query": "harmonize", "levels": [2, 2, 0, 0], "client-ids": [0]})}),
+        message_type="query.tabular_pdp", dst_node_id=1)
     with pytest.raises(HierarchyLevelError, match="level 2 of Gender does not exist"):
-        train(msg, None)
+        query(msg, None)
     assert QUASI_IDENTIFIERS == ("Age", "Gender", "Year", "Cancer_Type")

@@ -106,9 +106,9 @@ def test_smoke_run_saves_final_models_the_attacks_load(tmp_path, fake_grid_cls):
     """
     from flower_apps.common.report_card import write_card
     from flower_apps.common.results import read_json
+    from flower_apps.router import client_app
     from flower_apps.tabular_pdp.attacks import load_final_model, predict
     from flower_apps.tabular_pdp.card import CARD
-    from flower_apps.tabular_pdp.client_app import train
     from flower_apps.tabular_pdp.data import client_data, data_key
     from flower_apps.tabular_pdp.model import SeverityMLP
     from flower_apps.tabular_pdp.server_app import run_dir, server_main
@@ -116,7 +116,7 @@ def test_smoke_run_saves_final_models_the_attacks_load(tmp_path, fake_grid_cls):
     torch.set_num_threads(1)
     cfg = config_for("smoke", **{"num-clients": 3, "num-rounds": 1, "local-epochs": 1, "tab-levels": "2,1,0,0",
                                  "results-dir": str(tmp_path)})
-    s = server_main(fake_grid_cls(list(range(3)), lambda node, msg: train(msg, None)), cfg)
+    s = server_main(fake_grid_cls(list(range(3)), lambda node, msg: client_app(msg, None)), cfg)
     folder = run_dir(cfg)
     assert sorted(p.name for p in folder.glob("final_model_*.pt")) == [f"final_model_{k}.pt" for k in
                                                                         ("gdp", "pdp", "vanilla")]

@@ -76,14 +76,14 @@ def test_poisoned_client_is_flagged_in_a_detection_run(tmp_path, fake_grid_cls, 
     """server_main with detection only (tab-settings=''), clients answering through Flower messages."""
     import torch
 
-    from flower_apps.tabular_pdp.client_app import train
+    from flower_apps.router import client_app
     from flower_apps.tabular_pdp.config import config_for as make_cfg
     from flower_apps.tabular_pdp.server_app import server_main
 
     torch.set_num_threads(1)
     cfg = make_cfg(**{"tab-settings": "", "tab-poison": poison, "tab-poison-client": client, "seed": seed,
                       "tab-levels": "2,1,0,0", "local-epochs": epochs, "results-dir": str(tmp_path)})
-    grid = fake_grid_cls(list(range(10)), lambda node, msg: train(msg, None))
+    grid = fake_grid_cls(list(range(10)), lambda node, msg: client_app(msg, None))
     s = server_main(grid, cfg)
     assert s["drift"]["flagged"] == [client]
     assert max(z for c, z in zip(s["drift"]["client_ids"], s["drift"]["z_scores"]) if c != client) < 3.5

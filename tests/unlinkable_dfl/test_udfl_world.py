@@ -32,6 +32,7 @@ def test_churn_crashes_nodes_mid_round_and_the_run_goes_on(fake_grid_cls, tmp_pa
     later = rounds[rounds.index(first) + 1]
     assert set(first["departed"]) <= set(later["rejoined"])  # join probability 1: they come back
     assert all(0 <= r["test_acc"] <= 1 for r in rounds)
+    assert {m.metadata.message_type for _, m in grid.log} == {"train.unlinkable_dfl"}  # both steps make models
     phases = [m.content["config"]["phase"] for _, m in grid.log]
     runs = [p for k, p in enumerate(phases) if k == 0 or p != phases[k - 1]]
     assert runs == ["train", "aggregate"] * 3  # every round: all train messages, then all aggregate messages
