@@ -11,9 +11,8 @@ A built-in study splits the same parts over ``study.py``, ``config.py``, ``serve
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from functools import lru_cache
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -23,7 +22,7 @@ from flwr.serverapp import Grid
 from datasets.partition import partition
 from datasets.registry import DATASETS, load_dataset
 from flower_apps.common.local_training import evaluate, train_local
-from flower_apps.common.results import atomic_write_json, atomic_write_jsonl, run_hash
+from flower_apps.common.run_record import RunRecord
 from flower_apps.common.seeding import client_generator
 from flower_apps.common.torch_utils import record_to_state, state_to_record
 from flower_apps.config import COMMON_KEYS, SHARED_KEYS, Key, KeyTable, StudySpec, noise_condition
@@ -45,25 +44,9 @@ PRESETS = {"paper": {}, "smoke": {"dataset": "mnist-5k", "num-clients": 4, "num-
                                   "clients-per-message": 2}}
 
 
-@dataclass(frozen=True)
-class ExampleConfig:
-    """One run's settings (filled key by key from the table above)."""
-
-    seed: int
-    dataset: str
-    data_dir: str
-    data_fraction: float
-    num_clients: int
-    num_rounds: int
-    lr: float
-    batch_size: int
-    local_epochs: int
-    clients_per_message: int
-    ex_clip_norm: float
-    ex_eps_cal: float
-    results_dir: str
-    round_timeout: float
-    noise_seed_file: str
+#: One run's settings: a field per key of the table above (KeyTable.config_class); the run folder is
+#: ``<results-dir>/example-minimal/runs/<preset>_ex-eps-cal<value>_s<seed>`` unless ``run-name`` is set.
+ExampleConfig = KEYS.config_class("ExampleConfig", run_name=("ex-eps-cal",))
 
 
 def build_config(c: dict) -> ExampleConfig:
@@ -96,31 +79,27 @@ def model_for(cfg: ExampleConfig, x: torch.Tensor) -> torch.nn.Module:
 def server_main(grid: Grid, cfg: ExampleConfig) -> dict:
     """One run: validate data, train cfg.num_rounds FL rounds with matched perturbation, write results."""
     parts, x_test, y_test = client_data(to_json(cfg))  # fails here, before any folder or message
-    out = Path(cfg.results_dir) / STUDY / f"s{cfg.seed}"
-    out.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(out / "config.json", asdict(cfg))
     model = model_for(cfg, x_test)
-    wait_for_nodes(grid, 1)
     strategy = build_strategy("fl", list(range(cfg.num_clients)), ACTION, cfg.clients_per_message, dp=True,
                               clip_norm=cfg.ex_clip_norm, eps_cal=cfg.ex_eps_cal,
                               noise=NoiseSource(cfg.noise_seed_file, noise_condition(cfg)), stream=(cfg.seed,))
-    rounds: list[dict] = []
+    # The run folder as the built-in studies open it: a finished run or another config's folder is refused,
+    # a second ServerApp on the same folder is locked out (flower_apps.common.run_record).
+    with RunRecord(STUDY, cfg) as run:
+        wait_for_nodes(grid, 1)
 
-    def keep_round(server_round: int, arrays, metrics: MetricRecord | None) -> None:
-        if arrays is not None:
-            model.load_state_dict(record_to_state(arrays))
-        acc, loss = evaluate(model, x_test, y_test)
-        rounds.append({"round": server_round, "test_acc": acc, "test_loss": loss,
+        def keep_round(server_round: int, arrays, metrics: MetricRecord | None) -> None:
+            if arrays is not None:
+                model.load_state_dict(record_to_state(arrays))
+            acc, loss = evaluate(model, x_test, y_test)
+            run.round({"round": server_round, "test_acc": acc, "test_loss": loss,
                        **{k.replace("-", "_"): v for k, v in (metrics or {}).items()}})
-        atomic_write_jsonl(out / "rounds.jsonl", rounds)
 
-    RoundObserver(strategy, on_result=keep_round).start(
-        grid, state_to_record(model), num_rounds=cfg.num_rounds, timeout=cfg.round_timeout,
-        train_config=config_record(asdict(cfg)))
-    summary = {"config_hash": run_hash(cfg), "final_acc": rounds[-1]["test_acc"], "rounds": len(rounds),
-               **strategy.noise.describe(), **strategy.clip_summary()}
-    atomic_write_json(out / "summary.json", summary)
-    return summary
+        RoundObserver(strategy, on_result=keep_round).start(
+            grid, state_to_record(model), num_rounds=cfg.num_rounds, timeout=cfg.round_timeout,
+            train_config=config_record(asdict(cfg)))
+        return run.finish({"final_acc": run.rounds[-1]["test_acc"], "rounds": len(run.rounds),
+                           **strategy.noise.describe(), **strategy.clip_summary()})
 
 
 def train(msg: Message, context: Context) -> Message:

@@ -40,7 +40,8 @@ def test_the_example_study_runs_through_the_router_and_flower(registered, tmp_pa
     overrides = {"study": "example-minimal", "preset": "smoke", "results-dir": str(tmp_path / "r"),
                  "noise-seed-file": str(secret), "ex-eps-cal": 1000.0, "lr": 0.5}
     run_config_in_process(overrides, num_supernodes=2)
-    out = tmp_path / "r" / "example-minimal" / "s0"
+    (out,) = (tmp_path / "r" / "example-minimal" / "runs").iterdir()  # one folder, named by the run-name rule
+    assert out.name == "smoke_ex-eps-cal1000.0_s0"
     summary = json.loads((out / "summary.json").read_text())
     rounds = [json.loads(line) for line in (out / "rounds.jsonl").read_text().splitlines()]
     assert [r["round"] for r in rounds] == [1, 2]
@@ -48,3 +49,7 @@ def test_the_example_study_runs_through_the_router_and_flower(registered, tmp_pa
     assert summary["noise_mode"] == "seeded" and summary["clip_unit"] == "client updates"
     # softmax regression learns the digits in two rounds when the noise is small (eps_cal = 1000)
     assert summary["final_acc"] > 0.6, rounds
+    assert json.loads((out / "config.json").read_text())["ex_eps_cal"] == 1000.0
+    # the run-folder rules of the built-in studies: a finished run of the same config is not rerun
+    with pytest.raises(Exception, match="finished"):
+        run_config_in_process(overrides, num_supernodes=2)

@@ -44,10 +44,17 @@ def test_list_names_every_run_and_bad_keys_stop_before_any_work(tmp_path, capsys
 
 
 def test_a_study_without_run_folders_is_refused(tmp_path, capsys):
+    from dataclasses import dataclass, replace
+
     from flower_apps import example_minimal
     from flower_apps.studies import registered
 
-    with registered(example_minimal.SPEC):
+    @dataclass(frozen=True)
+    class Bare:  # a config with no results_dir / run_name / default_run_name: nowhere to resume from
+        seed: int
+
+    bare = replace(example_minimal.SPEC, build_config=lambda c: Bare(c["seed"]))
+    with registered(bare):
         assert main(["--study", example_minimal.STUDY, "--results-dir", str(tmp_path)]) == 2
     assert "does not use run folders" in capsys.readouterr().err
 
