@@ -133,12 +133,16 @@ def export(study: str, nodes: int, seed: int, out: str | Path, preset: str = "pa
     if study not in EXPORTERS:
         raise ValueError(f"no export for study {study!r} yet; available: {sorted(EXPORTERS)}")
     raw = {**(overrides or {}), "study": study, "preset": preset, "seed": seed}
-    _, cfg = prepare(raw)
+    spec, cfg = prepare(raw)
     fn, packs = EXPORTERS[study]
     num_clients = getattr(cfg, "num_clients", None) or cfg.num_nodes  # unlinkable-dfl calls its clients nodes
     blocks = node_blocks(num_clients, nodes, getattr(cfg, "clients_per_message", 1) if packs else 1)
     out = Path(out).resolve()
     run_config = fn(cfg, blocks, out)
+    # an exporter sets only the keys of a deployment (role "deployment": node-local-data, eval-data-path)
+    stray = sorted(set(run_config) - {k.name for k in spec.keys.with_role("deployment")})
+    if stray:
+        raise RuntimeError(f"the {study} exporter sets {stray}, which are not deployment keys of the study")
     record = {"study": study, "preset": preset, "seed": seed, "overrides": overrides or {},
               "nodes": {f"node-{i}": {"data-path": str(out / f"node-{i}"), "client_ids": b}
                         for i, b in enumerate(blocks)},

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import json
 import math
 import re
 import sys
@@ -26,7 +27,7 @@ import tomllib
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import KW_ONLY, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from flower_apps.errors import ConfigError  # re-exported: flower_apps.config.ConfigError, as always
 
@@ -70,7 +71,16 @@ class Key:
     conversion of the value (raises ValueError saying what is wrong). ``field`` names the config
     dataclass field the key fills ("" = the name in snake_case). ``unused_when`` maps another key
     to the values under which this key is not read (``{"dataset": ("mnist-5k",)}``): a value other
-    than the default is then refused rather than silently ignored.
+    than the default is then refused rather than silently ignored. ``held`` false: the study's config
+    dataclass has no field for the key (a common key the study never reads; its value is still checked).
+
+    What the key says about a run besides its value: ``roles`` (names from :data:`ROLES`: every list
+    of keys the platform needs, what a seeded noise stream ignores, what the report card groups over,
+    what ``deploy.export`` writes, is the keys of a role), and its part in the run's identity
+    (:func:`flower_apps.common.results.run_identity`): ``in_run_hash`` false keeps it out;
+    ``hash_omit_when`` leaves it out while any named key (itself included) holds one of the listed
+    values (keys added after runs were kept: those runs keep their hash); ``hash_null_when`` hashes it
+    as null while any named key holds one of the listed values (a knob the run does not read).
     """
 
     name: str
@@ -91,6 +101,11 @@ class Key:
     parse: Callable[[Any], Any] | None = None
     field: str = ""
     unused_when: Mapping[str, Collection[Any]] | None = None
+    held: bool = True
+    roles: frozenset[str] = frozenset()
+    in_run_hash: bool = True
+    hash_omit_when: Mapping[str, Collection[Any]] | None = None
+    hash_null_when: Mapping[str, Collection[Any]] | None = None
 
     def __post_init__(self) -> None:
         if self.type not in (bool, int, float, str):
@@ -99,6 +114,20 @@ class Key:
             raise ValueError(f"key {self.name}: doc must be one line")
         if not self.field:
             object.__setattr__(self, "field", self.name.replace("-", "_"))
+        object.__setattr__(self, "roles", frozenset(self.roles))
+        unknown = sorted(self.roles - set(ROLES))
+        if unknown:
+            raise ValueError(f"key {self.name}: unknown roles {unknown}; allowed: {sorted(ROLES)}")
+
+    def conditions(self) -> dict[str, Mapping[str, Collection[Any]]]:
+        """The key's conditions on other keys (``unused_when``, ``hash_omit_when``, ``hash_null_when``)."""
+        named = {"unused_when": self.unused_when, "hash_omit_when": self.hash_omit_when,
+                 "hash_null_when": self.hash_null_when}
+        return {k: v for k, v in named.items() if v}
+
+    def default_value(self) -> Any:
+        """The default as the config dataclass holds it (checked and converted: a tuple for ``many``)."""
+        return self.check(self.default)
 
     # --- derived text -----------------------------------------------------------------------
 
@@ -203,22 +232,19 @@ def _noise_seed_file(path: str) -> str:
     return path
 
 
-# Config fields that say where things live or run, not what is computed: a deployed run (node-local-data,
-# eval-data-path) draws its simulation's noise, as do a moved seed file and another device.
-_NOT_NOISE_CONDITION = {"noise_seed_file": "", "node_local_data": False, "eval_data_path": "", "device": "auto"}
-
-
 def noise_condition(cfg: Any) -> str:
     """What a seeded noise stream mixes besides its secret (``privacy.randomness.NoiseSource``).
 
-    The run's identity (``run_hash``: the resolved config without output locations or timeouts)
-    with the fields of :data:`_NOT_NOISE_CONDITION` reset: two runs draw the same seeded
-    noise only when they compute the same thing, never two grid points (two eps-cal) of one seed.
+    The run's identity (``run_hash``) with its ``location`` keys (:data:`ROLES`: the device, the seed
+    file, node-local data and the coordinator's evaluation file) at their defaults: a deployed run
+    draws its simulation's noise, as do a moved seed file and another device, and two runs draw the
+    same seeded noise only when they compute the same thing, never two grid points (two eps-cal) of one seed.
     """
     from flower_apps.common.results import run_hash
 
-    names = {f.name for f in dataclasses.fields(cfg)}
-    return run_hash(dataclasses.replace(cfg, **{k: v for k, v in _NOT_NOISE_CONDITION.items() if k in names}))
+    table = key_table_of(cfg)
+    return run_hash(dataclasses.replace(cfg, **{k.field: k.default_value() for k in table.with_role("location")
+                                                if k.held}))
 
 
 def _dp_fault(name: str) -> str:
@@ -238,33 +264,56 @@ def _run_name(name: str) -> str:
 # What a run does when its folder holds a finished run of the same config (flower_apps/common/results.py).
 RERUN = ("refuse", "replace")
 
+# What a key says about a run besides its value (``Key.roles``). Each list of keys the platform needs is
+# the keys of a role; the run hash has its own flags (``Key.in_run_hash``, ``hash_omit_when``,
+# ``hash_null_when``) because kept runs fix what it holds (clients-per-message is transport, yet in the hash).
+ROLES: dict[str, str] = {
+    "location": "where the run's inputs, outputs or computation are, not what it computes: a seeded noise "
+                "stream draws the same noise anywhere (noise_condition), the report card's conditions ignore it",
+    "output": "where the run writes its folder (never part of its identity)",
+    "transport": "how the same computation is carried or executed (message packing, waits, kernels, memory layout): "
+                 "the report card groups runs across it",
+    "deployment": "set by python -m deploy.export for a deployment with node-local data",
+    "randomness": "where the DP noise's randomness comes from, not its distribution",
+    "probe": "what an attack or audit captures or inserts (victims, canaries, shadow data): the report cards "
+             "list such runs by other means",
+    "replicate": "the seed: tables group runs over it",
+}
+
 # Keys every study reads. A study may narrow one (``COMMON_KEYS["num-clients"].refine(ge=2)``) in its
 # KeyTable; it may not change its default (set it in a preset instead).
 COMMON: tuple[Key, ...] = (
     Key("study", "dfl-dp", str, doc="the study to run (flower_apps/<study>/)"),
     Key("preset", "paper", str, doc="the study's preset: values for the keys left at their default"),
-    Key("seed", 0, int, ge=0, doc="seed of data splits, model init and client sampling (not of DP noise)"),
-    Key("results-dir", "results", str, doc="folder under which each run writes <study>/runs/<run>/"),
+    Key("seed", 0, int, ge=0, roles={"replicate"},
+        doc="seed of data splits, model init and client sampling (not of DP noise)"),
+    # Where results go is not part of a run's identity: a results folder can move (or be cloned).
+    Key("results-dir", "results", str, roles={"location", "output"}, in_run_hash=False,
+        doc="folder under which each run writes <study>/runs/<run>/"),
     Key("run-name", "", str, parse=_run_name, allowed="'' or one folder name (no '/', '\\', '.' or '..')",
+        roles={"location", "output"}, in_run_hash=False,
         doc="name of the run's folder under <results-dir>/<study>/runs/ ('' = derived from the config)"),
     # Sweeps skip finished runs either way; this decides what a single run (flwr run, in-process) does.
-    Key("rerun", "refuse", str, choices=RERUN, doc="when the run folder holds a finished run of this config: refuse "
+    Key("rerun", "refuse", str, choices=RERUN, in_run_hash=False,
+        doc="when the run folder holds a finished run of this config: refuse "
         "(keep it; the run ends with an error naming the folder) or replace it"),
     Key("dataset", "mnist", str, doc="data source (each study lists the ones it reads)"),
+    # No "location" role: the folder selects the data, so it stays in the run's identity and noise condition.
     Key("data-dir", "", str, doc="where the dataset's files are ('' = the default data home)"),
     Key("data-fraction", 1.0, float, gt=0, le=1, doc="fraction of the data used (fixed-seed subsample)"),
     Key("num-clients", 100, int, ge=1, doc="number of logical clients (nodes in the decentralized studies)"),
     Key("num-rounds", 100, int, ge=1, doc="number of training rounds"),
     Key("device", "auto", str, pattern=r"auto|cpu|cuda(:\d+)?", allowed="'auto', 'cpu', 'cuda', 'cuda:<i>'",
-        doc="torch device of training and evaluation"),
+        roles={"location"}, doc="torch device of training and evaluation"),
     # Dead SuperNodes surface sooner (NODE_UNAVAILABLE after their heartbeat lapses, <= 60 s in flwr
     # 1.42); this bounds the wait for nodes that stay online but hang.
-    Key("round-timeout", 3600.0, float, gt=0, unit="seconds",
+    Key("round-timeout", 3600.0, float, gt=0, unit="seconds", roles={"transport"}, in_run_hash=False,
         doc="wall seconds the ServerApp waits for one round's replies; missing ones count as failed"),
     # "" = secure (OS entropy, reproducible by nobody); a path = a LOCAL file whose content seeds the
     # noise the SERVER adds (research opt-in). The run config is the coordinator's: it never names a
     # client's seed file (ultrasound refuses this key; its clients read their own, client_app.py).
     Key("noise-seed-file", "", str, parse=_noise_seed_file, allowed="'' or a readable local file",
+        roles={"location", "randomness"},
         doc="the server's DP noise randomness: '' = OS entropy; a path = the server's local seed file, "
             "mixed with the run's config hash (privacy/randomness.py); never a client's"),
 )
@@ -280,18 +329,20 @@ SHARED_KEYS: dict[str, Key] = {k.name: k for k in (
     Key("local-epochs", 1, int, ge=1, doc="client epochs per round"),
     Key("test-fraction", 0.2, float, gt=0, lt=1,
         doc="fraction of each client's (or the pooled) data held out for test"),
-    Key("clients-per-message", 1, int, ge=1,
+    Key("clients-per-message", 1, int, ge=1, roles={"transport"},
         doc="logical clients packed into one Flower message (transport only: the math is unchanged)"),
     Key("dirichlet-alpha", 0.5, float, gt=0, doc="Dirichlet concentration of the label skew across clients"),
     Key("delta-total", 1e-5, float, gt=0, lt=1, doc="delta at which the run's total epsilon is reported"),
     # Cross-silo deployment (docs/deployment.md): each SuperNode reads only its --node-config data-path.
-    Key("node-local-data", False, bool,
+    Key("node-local-data", False, bool, roles={"location", "deployment"},
         doc="deployment: each SuperNode trains on its node-config data-path; the server asks nodes what they hold"),
-    Key("eval-data-path", "", str,
+    Key("eval-data-path", "", str, roles={"location", "deployment"},
         doc="with node-local-data: the coordinator's held-out evaluation data from python -m deploy.export "
             "(.npz; ultrasound: a folder with test/ and val/ in the BUSI layout)"),
     # The audit's proof (issue 37): a deliberately broken mechanism, refused unless PPFL_ALLOW_DP_FAULTS=1.
+    # '' (the correct mechanism) stays out of the run hash: runs kept before the key existed keep their identity.
     Key("dp-fault", "", str, parse=_dp_fault, allowed="'' (tests only: a fault of privacy/faults.py)",
+        hash_omit_when={"dp-fault": ("",)},
         doc="'' = the correct DP mechanism; a name from privacy/faults.py injects that bug (the audit's tests "
             "only; refused unless PPFL_ALLOW_DP_FAULTS=1)"),
 )}
@@ -318,6 +369,40 @@ class KeyTable:
                 own[key.name] = key
         self.keys: dict[str, Key] = {**table, **own}
         self.own: tuple[Key, ...] = tuple(own.values())
+        for key in self.keys.values():
+            for what, cond in key.conditions().items():
+                unknown = sorted(set(cond) - set(self.keys))
+                if unknown:
+                    raise ValueError(f"study {study!r}: key {key.name!r}'s {what} names keys {unknown} "
+                                     "that are not in its key table")
+
+    def with_role(self, role: str) -> tuple[Key, ...]:
+        """The keys that have ``role`` (:data:`ROLES`), in table order."""
+        if role not in ROLES:
+            raise ValueError(f"unknown role {role!r}; allowed: {sorted(ROLES)}")
+        return tuple(k for k in self.keys.values() if role in k.roles)
+
+    def identity(self, cfg: Any, *, with_output: bool = False) -> dict[str, Any]:
+        """Field -> value of every key in ``cfg``'s run identity (see :func:`flower_apps.common.results.run_identity`).
+
+        A key is in it unless ``in_run_hash`` is false (``with_output``: the ``output`` keys are in it
+        too) or one of its ``hash_omit_when`` conditions holds; it is null while a ``hash_null_when``
+        condition holds. Conditions read the config's values (any listed condition suffices).
+        """
+        values = dataclasses.asdict(cfg)
+        by_key = {k.name: values[k.field] for k in self.keys.values() if k.field in values}
+
+        def holds(cond: Mapping[str, Collection[Any]] | None) -> bool:
+            return any(by_key[name] in allowed for name, allowed in (cond or {}).items())
+
+        out = {}
+        for key in self.keys.values():
+            if key.name == "study" or key.field not in values:
+                continue
+            if not (key.in_run_hash or (with_output and "output" in key.roles)) or holds(key.hash_omit_when):
+                continue
+            out[key.field] = None if holds(key.hash_null_when) else values[key.field]
+        return out
 
     def __contains__(self, name: str) -> bool:
         return name in self.keys
@@ -348,32 +433,82 @@ class KeyTable:
             raise TypeError(f"{cls.__name__} fields {missing} are filled by no key of study {self.study!r}")
         return cls(**kwargs)
 
-    def config_class(self, name: str, *, run_name: Iterable[str] = (), doc: str = "") -> type:
-        """A frozen config dataclass derived from this table: one field per key (``Key.field``; ``study``
-        is left out), so a study declares each key once and never restates it as a field.
+    def config_class(self, name: str, *, base: type | None = None, run_name: Iterable[str] = (),
+                     doc: str = "") -> type:
+        """A frozen config dataclass derived from this table: one field per key (``Key.field``, its
+        default :meth:`Key.default_value`; ``study`` and keys not ``held`` are left out), so a study declares each key once and
+        never restates it as a field. Use it with :meth:`build`.
 
-        ``default_run_name`` (the run folder's name when ``run-name`` is '') is
+        ``base``: a plain class (no fields) with what the study derives from the fields (``condition``,
+        ``default_run_name``, ...). Every config class also has :class:`RunConfig`'s ``to_json`` /
+        ``from_json`` and ``key_table`` (this table: the run's identity and roles read it). Fields are
+        keyword-only. Without a
+        ``default_run_name`` in ``base``, the run folder's name (when ``run-name`` is '') is
         ``<preset>[_<key><value>...]_s<seed>`` over the ``run_name`` keys: name the keys a sweep varies, or two
-        runs share a folder (the sweeps refuse that before any run starts). Use it with :meth:`build`.
+        runs share a folder (the sweeps refuse that before any run starts).
         """
-        fields_of = {key.name: key for key in self.keys.values() if key.name != "study"}
+        fields_of = {key.name: key for key in self.keys.values() if key.name != "study" and key.held}
         naming = tuple(run_name)
         unknown = [k for k in naming if k not in fields_of]
         if unknown:
             raise ValueError(f"study {self.study!r}: run_name keys {unknown} are not in its key table")
+        if base is not None and dataclasses.is_dataclass(base):
+            raise TypeError(f"{name}: base {base.__name__} is a dataclass; its fields would restate keys "
+                            "(give it properties and methods only)")
+        named_by_base = base is not None and hasattr(base, "default_run_name")
+        if named_by_base and naming:
+            raise ValueError(f"{name}: base {base.__name__} names the run folder (default_run_name); "
+                             "give run_name keys or a base default_run_name, not both")
 
         def default_run_name(cfg: Any) -> str:
             parts = [cfg.preset] + [f"{k}{toml_text(getattr(cfg, fields_of[k].field)).strip(chr(39))}"
                                     for k in naming]
             return "_".join(parts) + f"_s{cfg.seed}"
 
-        annotations = [(key.field, tuple if key.many else key.type) for key in fields_of.values()]
-        cls = dataclasses.make_dataclass(name, annotations, frozen=True,
-                                         namespace={"default_run_name": property(default_run_name)})
+        namespace: dict[str, Any] = {"key_table": self}
+        if not named_by_base:
+            namespace["default_run_name"] = property(default_run_name)
+        specs = [(key.field, tuple if key.many else key.type, dataclasses.field(default=_field_default(key)))
+                 for key in fields_of.values()]
+        bases = (base, RunConfig) if base is not None else (RunConfig,)
+        # keyword-only: a field whose key the study narrows past its default (tabular-pdp's dataset) has none
+        cls = dataclasses.make_dataclass(name, specs, bases=bases, frozen=True, kw_only=True, namespace=namespace)
         cls.__doc__ = doc or f"One run of study {self.study!r}: a field per key of its table (KeyTable.config_class)."
         # Pickle finds the class where the study binds it: the calling module, under ``name``.
         cls.__module__ = sys._getframe(1).f_globals.get("__name__", __name__)
         return cls
+
+
+def _field_default(key: Key) -> Any:
+    """The field's default: the key's checked default, none where the study's refinement refuses it."""
+    try:
+        return key.default_value()
+    except ConfigError:
+        return dataclasses.MISSING
+
+
+class RunConfig:
+    """What every config class derived by :meth:`KeyTable.config_class` has besides its fields."""
+
+    key_table: ClassVar[KeyTable]
+
+    def to_json(self) -> str:
+        """Serialized form carried in every message."""
+        return json.dumps(dataclasses.asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> Any:
+        """Inverse of :meth:`to_json` (JSON lists back to the tuples the fields hold)."""
+        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in json.loads(text).items()})
+
+
+def key_table_of(cfg: Any) -> KeyTable:
+    """The key table ``cfg``'s class was derived from (:meth:`KeyTable.config_class`); TypeError otherwise."""
+    table = getattr(type(cfg), "key_table", None)
+    if not isinstance(table, KeyTable) or not dataclasses.is_dataclass(cfg):
+        raise TypeError(f"{type(cfg).__name__} is not a config class of a key table: derive it with "
+                        "KEYS.config_class (its keys say what is in the run's identity)")
+    return table
 
 
 # Every registered key (flower_apps.studies adds each study's on registration).

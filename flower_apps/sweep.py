@@ -6,8 +6,9 @@
 Every combination of the ``--grid`` values runs for each seed (``--seed0`` ... ``--seed0 + seeds - 1``), all
 in ONE Flower simulation on as many SuperNodes as the largest run needs (``StudySpec.nodes_needed``). A
 run whose folder already holds its finished result is skipped (resume); ``--report-only`` rebuilds
-the card. The study's configs must use the run-folder convention (``results_dir``, ``run_name``,
-``default_run_name``, :func:`flower_apps.common.results.open_run_folder`); the built-in studies keep
+the card. The study's configs must use the run-folder convention (a config class of
+``KEYS.config_class``: ``results_dir``, ``run_name``, ``default_run_name``, its run identity; and
+:func:`flower_apps.common.results.open_run_folder`); the built-in studies keep
 their own sweeps for their papers' grids (``python -m flower_apps.<study>.sweep``).
 """
 
@@ -49,7 +50,7 @@ def grid_runs(grid: Sequence[tuple[str, list[Any]]], seeds: int, seed0: int) -> 
 
 def main(argv: list[str] | None = None) -> int:
     from flower_apps.common.results import run_finished, run_folder
-    from flower_apps.config import ConfigError
+    from flower_apps.config import ConfigError, key_table_of
     from flower_apps.studies import STUDIES
 
     p = sweep_parser("flower_apps.sweep", __doc__.split("\n")[0], seeds_help="number of seeds (default: 1)")
@@ -71,10 +72,11 @@ def main(argv: list[str] | None = None) -> int:
         overrides = sweep_overrides(spec.name, args.preset, args.results_dir, {}, args.set)
         configs = [spec.build_config(run_keys(overrides, run))
                    for run in grid_runs(args.grid, args.seeds or 1, args.seed0)]
-        lacking = [a for a in ("results_dir", "run_name", "default_run_name") if not hasattr(configs[0], a)]
-        if lacking:
-            raise ConfigError(f"study {spec.name!r} does not use run folders (its config lacks {lacking}): "
-                              "the generic sweep cannot resume it")
+        try:  # a config of KEYS.config_class has the run-folder keys (results-dir, run-name) and a run identity
+            key_table_of(configs[0])
+        except TypeError as exc:
+            raise ConfigError(f"study {spec.name!r} does not use run folders ({exc}): "
+                              "the generic sweep cannot resume it") from None
         return configs
 
     def is_complete(cfg: Any) -> bool:

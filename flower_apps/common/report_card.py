@@ -207,12 +207,20 @@ def _absent(records: list[dict]) -> str:
     return next((r["attack_skipped"] for r in records if r.get("attack_skipped")), NOT_RUN)
 
 
-# Config fields that do not make another condition: the seed (grouped over), where results go, and
-# transport or implementation settings with the same mathematics.
-NOT_CONDITION = frozenset({
-    "seed", "results_dir", "run_name", "device", "round_timeout", "noise_seed_file", "noise_mode", "grad_sample_mode",
-    "capture_victims", "clients_per_message", "num_supernodes", "audit_canaries", "audit_canary", "data_part",
-    "node_local_data", "eval_data_path"})
+# The key roles (flower_apps/config.py: ROLES) whose keys do not make another condition: the seed (grouped
+# over), where results, data and computation are, transport, the noise's source, attack and audit probes.
+CONDITION_FREE_ROLES = ("replicate", "location", "transport", "randomness", "probe")
+# A field of older run folders' config.json that no key fills any more.
+_OLD_FIELDS = frozenset({"num_supernodes"})
+
+
+def condition_free_fields() -> frozenset[str]:
+    """Config fields that do not make another condition: those of every registered study's keys with a
+    role in :data:`CONDITION_FREE_ROLES`."""
+    from flower_apps.studies import STUDIES
+
+    return _OLD_FIELDS | {key.field for spec in STUDIES.values() for key in spec.keys.keys.values()
+                          if key.roles & set(CONDITION_FREE_ROLES)}
 
 
 def split_mixed_conditions(records: list[dict]) -> list[dict]:
@@ -221,12 +229,14 @@ def split_mixed_conditions(records: list[dict]) -> list[dict]:
     A collector's label names the condition as the study's tables do (framework and DP point, say),
     not every key: runs of two grids, or a sweep rerun with ``--set lr=...``, in one results folder
     would otherwise be averaged as if they were seeds of one condition. Records keep their label when
-    all runs under it share one config (up to :data:`NOT_CONDITION`); otherwise each gets
+    all runs under it share one config (up to :func:`condition_free_fields`); otherwise each gets
     `` [key=value, ...]`` of the keys that differ within its label. Records without a config are kept.
     """
+    free = condition_free_fields()
+
     def variant(r: dict) -> tuple:
         cfg = r.get("_config") or {}
-        return tuple(sorted((k, repr(v)) for k, v in cfg.items() if k not in NOT_CONDITION))
+        return tuple(sorted((k, repr(v)) for k, v in cfg.items() if k not in free))
 
     out = [{k: v for k, v in r.items() if k != "_config"} for r in records]
     for cond, idx in group_by(range(len(records)), lambda i: records[i]["condition"]).items():

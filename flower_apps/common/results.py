@@ -62,42 +62,38 @@ def config_hash(config: dict) -> str:
     return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:12]
 
 
-# Config fields that cannot change a run's results: a finished run stays finished when they change.
-NOT_RESULTS = ("round_timeout", "rerun")
-# Where a run's results go: not part of its identity, so a results folder can move (or be cloned).
-LOCATION = ("results_dir", "run_name")
-# Fields left out of a run's identity while they hold this value: added after runs were kept, so that those
-# runs stay finished where they are (dp-fault, issue 37: '' = the correct mechanism).
-ABSENT_WHEN = {"dp_fault": ""}
+def run_identity(cfg: Any, *, with_output: bool = False) -> dict[str, Any]:
+    """What makes a run's results: the fields of the keys its key table puts in the run hash.
 
+    The one rule, read from each key's declaration (``Key.in_run_hash``, ``hash_omit_when``,
+    ``hash_null_when`` in the study's key table): never where results go (results-dir, run-name),
+    how long the server waits (round-timeout) or whether a finished run may be replaced (rerun); the
+    study's own exclusions and conditions (ultrasound: no device or kernel choice, DP knobs null
+    without DP-SGD, ...); keys added after runs were kept left out at their old behaviour (dp-fault '').
+    ``cfg`` must come from ``KEYS.config_class`` (a TypeError otherwise).
 
-def _identity(d: dict) -> dict:
-    return {k: v for k, v in d.items() if not (k in ABSENT_WHEN and v == ABSENT_WHEN[k])}
+    ``with_output``: also results-dir and run-name, as every run hash held them before 2026-12-01 (see
+    :func:`run_hashes`).
+    """
+    from flower_apps.config import key_table_of
+
+    return key_table_of(cfg).identity(cfg, with_output=with_output)
 
 
 def run_hash(cfg: Any) -> str:
-    """Identity of a run (a config dataclass) for resuming.
-
-    The config's own ``effective()`` fields when it defines them (the fields that can change its
-    results), else every field except :data:`NOT_RESULTS` and :data:`LOCATION`.
-    """
-    import dataclasses
-
-    if hasattr(cfg, "effective"):
-        return config_hash(_identity(cfg.effective()))
-    return config_hash(_identity({k: v for k, v in dataclasses.asdict(cfg).items() if k not in NOT_RESULTS + LOCATION}))
+    """Identity of a run (a config dataclass) for resuming: the hash of :func:`run_identity`."""
+    return config_hash(run_identity(cfg))
 
 
 def run_hashes(cfg: Any) -> set[str]:
-    """Every identity a finished run of ``cfg`` may carry: :func:`run_hash`, and for configs without
-    ``effective()`` the older one that also hashed the results folder and run name (runs written
-    before 2026-12-01 stay finished where they are)."""
-    import dataclasses
+    """Every identity a finished run of ``cfg`` may carry: :func:`run_hash`, and the older one that also
+    hashed the results folder and run name.
 
-    ids = {run_hash(cfg)}
-    if not hasattr(cfg, "effective"):
-        ids.add(config_hash(_identity({k: v for k, v in dataclasses.asdict(cfg).items() if k not in NOT_RESULTS})))
-    return ids
+    Kept for the run folders written before 2026-12-01 (three of results_protocol/'s dfl-dp runs carry
+    it): they stay finished where they were written. Ultrasound's hash never held those keys; the older
+    identity of an ultrasound config is then one no folder carries, so it changes nothing there.
+    """
+    return {run_hash(cfg), config_hash(run_identity(cfg, with_output=True))}
 
 
 def run_folder(study: str, cfg: Any) -> Path:

@@ -11,6 +11,7 @@ import argparse
 import sys
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,11 +22,15 @@ def sweep_parser(module: str, doc: str, seeds_help: str = "number of seeds (defa
                  **seeds_kw: Any) -> argparse.ArgumentParser:
     """The command line of ``python -m <module>`` with the flags every sweep has.
 
-    --results-dir, --seeds, --seed0, --num-cpus, --report-only; ``doc``'s first line is the
-    description. The study adds its grid and knobs.
+    --results-dir (the run key's default and doc), --seeds, --seed0, --num-cpus, --report-only, --set,
+    --noise-seed-file; ``doc``'s first line is the description. The study adds its grid and knobs
+    (:func:`add_key_flags` for the flags that set run keys).
     """
+    from flower_apps.config import COMMON_KEYS
+
+    results = COMMON_KEYS["results-dir"]
     p = argparse.ArgumentParser(prog=f"python -m {module}", description=doc.split("\n")[0])
-    p.add_argument("--results-dir", default="results")
+    p.add_argument("--results-dir", default=results.default, help=_escape(f"{results.doc} (run key results-dir)"))
     p.add_argument("--seeds", type=int, help=seeds_help, **seeds_kw)
     p.add_argument("--seed0", type=int, default=0, help="first seed")
     p.add_argument("--num-cpus", type=float, default=1, help="CPUs per virtual SuperNode (Ray client resources)")
@@ -33,6 +38,8 @@ def sweep_parser(module: str, doc: str, seeds_help: str = "number of seeds (defa
     p.add_argument("--set", action="append", default=[], type=parse_set, metavar="KEY=VALUE", dest="set",
                    help="any run key for every run of the sweep, as in flwr run --run-config (repeatable; "
                         "e.g. --set lr=0.01 --set us-head-init=zero); a key the grid sweeps is refused")
+    # Not the run key itself: each study turns the file into its own keys (ultrasound: us-noise-mode='seeded'
+    # and the clients' environment, never the run config).
     p.add_argument("--noise-seed-file", type=lambda f: str(Path(f).resolve()),
                    help="a LOCAL secret file that seeds the DP noise, for bit-reproducible DP runs "
                         "(default: secure noise from OS entropy; see README, Privacy). dfl-dp / tabular-pdp: "
@@ -41,13 +48,75 @@ def sweep_parser(module: str, doc: str, seeds_help: str = "number of seeds (defa
     return p
 
 
-def add_data_args(p: argparse.ArgumentParser, datasets: Sequence[str] | None = None,
-                  data_dir_help: str | None = None) -> None:
-    """--dataset (one of ``datasets`` if given), --data-dir, --data-fraction and --device (same-named run keys)."""
-    p.add_argument("--dataset", choices=datasets)
-    p.add_argument("--data-dir", help=data_dir_help)
-    p.add_argument("--data-fraction", type=float)
-    p.add_argument("--device")
+@dataclass(frozen=True)
+class KeyFlag:
+    """A sweep flag that sets a run key: its type, choices and help come from the key's declaration.
+
+    ``flag``: the flag's name ('' = ``--<key>``); ``axis``: it takes several values (``nargs='+'``), a
+    grid axis the sweep iterates rather than one value for every run; ``without``: key values the flag
+    refuses (removed from its choices); ``note``: what this sweep adds to the key's doc; ``default``:
+    what a flag left out means, in words.
+    """
+
+    key: str
+    flag: str = ""
+    axis: bool = False
+    without: tuple[Any, ...] = ()
+    note: str = ""
+    default: str = "the preset's"
+
+    @property
+    def name(self) -> str:
+        return self.flag or f"--{self.key}"
+
+    @property
+    def dest(self) -> str:
+        return self.name.lstrip("-").replace("-", "_")
+
+
+# --dataset, --data-dir, --data-fraction, --device: the same-named run keys, for every run of the sweep.
+DATA_FLAGS = (KeyFlag("dataset"), KeyFlag("data-dir"), KeyFlag("data-fraction"), KeyFlag("device"))
+
+
+def _escape(text: str) -> str:
+    return text.replace("%", "%%")  # argparse formats help with %
+
+
+def _parse_bool(text: str) -> bool:
+    if text.lower() not in ("true", "false"):
+        raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+    return text.lower() == "true"
+
+
+def add_key_flags(p: argparse.ArgumentParser | Any, table: Any, flags: Sequence[KeyFlag]) -> None:
+    """Add one argparse flag per :class:`KeyFlag`, from the key of ``table`` (a ``KeyTable``) it sets.
+
+    The flag's type is the key's (true/false for a bool), its choices the key's fixed ones (less ``without``;
+    a registry's names are left to the run-key check, which reads the registry live and names the nearest),
+    its help the key's doc (and the flag's note), naming the run key; its default is None (left out:
+    the preset's value stays). ``p`` may be an argument group. An unknown key is a ValueError.
+    """
+    for f in flags:
+        if f.key not in table.keys:
+            raise ValueError(f"{f.name}: {f.key!r} is not a run key of study {table.study!r}")
+        key = table.keys[f.key]
+        kw: dict[str, Any] = {"type": _parse_bool if key.type is bool else key.type, "default": None}
+        if isinstance(key.choices, (tuple, list)) and not key.many:  # a registry's names: the key checks them live
+            kw["choices"] = [c for c in key.shown_choices() if c not in f.without]
+        if f.axis:
+            kw["nargs"] = "+"
+        note = f"; {f.note}" if f.note else ""
+        values = "the values it sweeps" if f.axis else "every run"
+        kw["help"] = _escape(f"{key.doc}{note} (run key {key.name}, {values}; default: {f.default})")
+        p.add_argument(f.name, **kw)
+
+
+def key_knobs(args: argparse.Namespace, flags: Sequence[KeyFlag]) -> dict[str, Any]:
+    """Run key -> the value its flag gave, for the flags that set one value for every run (not axes).
+
+    None for a flag left out (:func:`sweep_overrides` drops it: the preset's value stays).
+    """
+    return {f.key: getattr(args, f.dest) for f in flags if not f.axis}
 
 
 def parse_set(text: str) -> tuple[str, Any]:

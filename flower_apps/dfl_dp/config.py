@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-from dataclasses import asdict, dataclass
 from typing import Any
 
 from flower_apps.config import check_study_fault, need
@@ -25,59 +23,13 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
-@dataclass(frozen=True)
-class DflDpConfig:
-    """Everything one dfl-dp run needs; built by :func:`build_config`."""
-
-    framework: str
-    dp: bool
-    clip_norm: float
-    eps_cal: float
-    delta_cal: float
-    delta_total: float
-    num_clients: int
-    num_rounds: int
-    seed: int
-    dataset: str
-    data_dir: str
-    data_fraction: float
-    test_fraction: float
-    dirichlet_alpha: float
-    lr: float
-    momentum: float
-    weight_decay: float
-    batch_size: int
-    local_epochs: int
-    grad_clip: float
-    clients_per_message: int
-    device: str
-    results_dir: str
-    run_name: str
-    preset: str
-    data_part: str = "target"
-    capture_victims: int = 0
-    attack_round: int = 0
-    audit_canaries: int = 0  # client-level audit (privacy/audit, strategies/canaries); 0 = none
-    dp_fault: str = ""  # issue 37: a deliberately broken mechanism (privacy/faults.py; tests only)
-    round_timeout: float = 3600.0
-    noise_seed_file: str = ""  # "" = secure DP noise; else a local seed file (privacy.randomness)
-    node_local_data: bool = False  # deployment: nodes read their data-path (flower_apps/common/node_data.py)
-    eval_data_path: str = ""  # with node_local_data: the coordinator's test set
-    rerun: str = "refuse"  # a finished run of this config in the folder: refuse or replace (not in the run hash)
+class _DflDpRun:
+    """What a dfl-dp run derives from its fields (one field per key of KEYS, flower_apps/dfl_dp/study.py)."""
 
     @property
     def victim_round(self) -> int:
         """The round whose pre-update model states and gradients are captured (0 = the last)."""
         return self.attack_round or self.num_rounds
-
-    def to_json(self) -> str:
-        """Serialized form carried in every message."""
-        return json.dumps(asdict(self), sort_keys=True)
-
-    @classmethod
-    def from_json(cls, text: str) -> DflDpConfig:
-        """Inverse of :meth:`to_json`."""
-        return cls(**json.loads(text))
 
     @property
     def condition(self) -> str:
@@ -91,6 +43,10 @@ class DflDpConfig:
         fault = f"_FAULT-{self.dp_fault}" if self.dp_fault else ""  # a broken mechanism never shares a folder
         return (f"{self.framework}_{self.condition}_N{self.num_clients}_T{self.num_rounds}_{self.dataset}"
                 f"_s{self.seed}{shadow}{audit}{fault}")
+
+
+DflDpConfig = KEYS.config_class("DflDpConfig", base=_DflDpRun,
+                                doc="Everything one dfl-dp run needs (a field per key); built by build_config.")
 
 
 def build_config(c: dict[str, Any]) -> DflDpConfig:

@@ -18,11 +18,22 @@ import argparse
 from dataclasses import dataclass
 from pathlib import Path
 
-from flower_apps.common.sweep import add_data_args, run_keys, run_pending, sweep_main, sweep_overrides, sweep_parser
+from flower_apps.common.sweep import (
+    DATA_FLAGS,
+    KeyFlag,
+    add_key_flags,
+    key_knobs,
+    run_keys,
+    run_pending,
+    sweep_main,
+    sweep_overrides,
+    sweep_parser,
+)
 from flower_apps.config import default_nodes
 from flower_apps.dfl_dp.config import DflDpConfig
 from flower_apps.dfl_dp.report import write_report
 from flower_apps.dfl_dp.server_app import is_complete, server_main
+from flower_apps.dfl_dp.study import KEYS
 from flower_apps.studies import STUDIES
 
 
@@ -61,6 +72,20 @@ GRIDS = {
 AUDIT_CANARIES = 200  # --audit without a number: 100 inserted, 100 held out
 
 
+# Flags that set a run key for every run of the sweep (type, choices and help from the key).
+KNOBS = (
+    KeyFlag("num-clients", "--clients", note="keep 100: sigma_abs scales as C/N"),
+    KeyFlag("num-rounds", "--rounds", default="the grid's, else the preset's"),
+    *DATA_FLAGS,
+    KeyFlag("clients-per-message"),
+)
+# Flags that give the values of a grid axis (default: the grid's).
+AXES = (
+    KeyFlag("clip-norm", "--clip-norms", axis=True, default="the grid's"),
+    KeyFlag("eps-cal", axis=True, default="the grid's"),
+    KeyFlag("framework", "--frameworks", axis=True, default="the grid's"),
+)
+
 ATTACK_CLIP_NORM = 1.0
 ATTACK_EPS_CAL = (0.5, 1.0, 2.0, 3.0, 4.0)
 
@@ -79,11 +104,9 @@ def build_configs(args: argparse.Namespace) -> list[DflDpConfig]:
     victim gradients (``capture-victims``), and each gets a shadow run on shadow-train.
     """
     grid = GRIDS[args.grid]
+    knobs = key_knobs(args, KNOBS)
     overrides = sweep_overrides("dfl-dp", grid.preset, args.results_dir, {
-        "noise-seed-file": args.noise_seed_file,
-        "num-clients": args.clients, "num-rounds": args.rounds or grid.rounds, "data-fraction": args.data_fraction,
-        "dataset": args.dataset, "clients-per-message": args.clients_per_message, "data-dir": args.data_dir,
-        "device": args.device}, args.set)
+        "noise-seed-file": args.noise_seed_file, **knobs, "num-rounds": knobs["num-rounds"] or grid.rounds}, args.set)
     clip_norms = tuple(args.clip_norms or grid.clip_norms)
     eps_cals = tuple(args.eps_cal or grid.eps_cals)
     conditions = [{"dp": False}] + [{"dp": True, "clip-norm": c, "eps-cal": e} for c in clip_norms for e in eps_cals]
@@ -113,14 +136,7 @@ def build_configs(args: argparse.Namespace) -> list[DflDpConfig]:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = sweep_parser("flower_apps.dfl_dp.sweep", __doc__)
     p.add_argument("--grid", choices=sorted(GRIDS), default="reduced")
-    p.add_argument("--clients", type=int, help="N (keep 100: sigma_abs scales as C/N)")
-    p.add_argument("--rounds", type=int, help="T")
-    add_data_args(p)
-    p.add_argument("--clip-norms", type=float, nargs="+")
-    p.add_argument("--eps-cal", type=float, nargs="+")
-    p.add_argument("--frameworks", nargs="+", choices=["fl", "sequential-dfl"])
-    p.add_argument("--clients-per-message", type=int,
-                   help="logical clients per Flower message (transport only; default: the preset's)")
+    add_key_flags(p, KEYS, KNOBS + AXES)
     p.add_argument("--num-gpus", type=float, default=None, help="GPUs per virtual SuperNode (default: 0.5 if CUDA)")
     p.add_argument("--audit", type=int, nargs="?", const=AUDIT_CANARIES, default=0, metavar="CANARIES",
                    help=f"empirical privacy audit of every DP run with this many canary clients (default "

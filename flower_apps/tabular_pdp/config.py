@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-from dataclasses import asdict, dataclass
 from typing import Any
 
 from datasets.cancer import COUNTRY_COUNTS
@@ -21,60 +19,8 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
-@dataclass(frozen=True)
-class TabularPdpConfig:
-    """Everything one tabular-pdp run needs; built by :func:`build_config`."""
-
-    seed: int
-    num_clients: int
-    num_rounds: int
-    dataset: str
-    data_dir: str
-    data_fraction: float
-    test_fraction: float
-    local_epochs: int
-    lr: float
-    batch_size: int
-    k: int
-    suppression: float
-    levels: tuple[int, ...] | None
-    sa_bin_width: float
-    features: tuple[str, ...]
-    settings: tuple[str, ...]
-    noise_multiplier: float
-    clip_mode: str
-    clip_norm: float
-    clip_quantile: float
-    delta: float
-    drift_threshold: float
-    drift_min_ratio: float
-    drift_recheck: int
-    drift_exclude: bool
-    poison: str
-    poison_client: int
-    poison_scale: float
-    device: str
-    results_dir: str
-    run_name: str
-    preset: str
-    round_timeout: float  # wall seconds the ServerApp waits for one round's (one phase's) replies
-    noise_seed_file: str = ""  # "" = secure DP noise; else a local seed file (privacy.randomness)
-    audit_canaries: int = 0  # client-level audit per client (privacy/audit, strategies/canaries); 0 = none
-    dp_fault: str = ""  # issue 37: a deliberately broken mechanism (privacy/faults.py; tests only)
-    node_local_data: bool = False  # deployment: nodes read their data-path (flower_apps/common/node_data.py)
-    rerun: str = "refuse"  # a finished run of this config in the folder: refuse or replace (not in the run hash)
-
-    def to_json(self) -> str:
-        """Serialized form carried in every message."""
-        return json.dumps(asdict(self), sort_keys=True)
-
-    @classmethod
-    def from_json(cls, text: str) -> TabularPdpConfig:
-        """Inverse of :meth:`to_json`."""
-        d = json.loads(text)
-        d["levels"] = None if d["levels"] is None else tuple(d["levels"])
-        d["features"], d["settings"] = tuple(d["features"]), tuple(d["settings"])
-        return cls(**d)
+class _TabularPdpRun:
+    """What a tabular-pdp run derives from its fields (one field per key of KEYS, flower_apps/tabular_pdp/study.py)."""
 
     @property
     def default_run_name(self) -> str:
@@ -85,6 +31,11 @@ class TabularPdpConfig:
         fault = f"_FAULT-{self.dp_fault}" if self.dp_fault else ""  # a broken mechanism never shares a folder
         return (f"{settings}{poison}{clip}_E{self.local_epochs}_T{self.num_rounds}_{self.dataset}_s{self.seed}"
                 f"{audit}{fault}")
+
+
+TabularPdpConfig = KEYS.config_class("TabularPdpConfig", base=_TabularPdpRun,
+                                     doc="Everything one tabular-pdp run needs (a field per key); built by "
+                                         "build_config.")
 
 
 def build_config(c: dict[str, Any]) -> TabularPdpConfig:

@@ -24,9 +24,19 @@ import argparse
 from dataclasses import dataclass
 from pathlib import Path
 
-from flower_apps.common.sweep import add_data_args, run_keys, run_pending, sweep_main, sweep_overrides, sweep_parser
+from flower_apps.common.sweep import (
+    DATA_FLAGS,
+    KeyFlag,
+    add_key_flags,
+    key_knobs,
+    run_keys,
+    run_pending,
+    sweep_main,
+    sweep_overrides,
+    sweep_parser,
+)
 from flower_apps.studies import STUDIES
-from flower_apps.tabular_pdp.config import POISONS, STUDY, TabularPdpConfig, nodes_needed
+from flower_apps.tabular_pdp.config import KEYS, STUDY, TabularPdpConfig, nodes_needed
 from flower_apps.tabular_pdp.report import write_report
 from flower_apps.tabular_pdp.server_app import is_complete, server_main
 
@@ -49,6 +59,18 @@ GRIDS = {
     # Tests.
     "smoke": Grid("smoke", 1, 1, ("shift-targets",)),
 }
+# Flags that set a run key for every run of the sweep (type, choices and help from the key).
+KNOBS = (
+    KeyFlag("local-epochs", "--epochs"),
+    KeyFlag("num-rounds", "--rounds"),
+    KeyFlag("tab-clip-norm", "--clip-norm", note="fixes C (tab-clip-mode=fixed) instead of estimating it, e.g. the "
+            "paper's 8.5", default="estimated"),
+    *(f if f.key != "data-dir" else KeyFlag("data-dir", note="the CSV (or its folder) for --dataset cancer-csv")
+      for f in DATA_FLAGS),
+    KeyFlag("tab-noise-multiplier", "--noise-multiplier", default="the paper's 0.05"),
+)
+# The drift demonstration's poison kinds (default: the grid's).
+POISON_AXIS = KeyFlag("tab-poison", "--poisons", axis=True, without=("none",), default="the grid's")
 AUDIT_CANARIES = 40  # --audit without a number: per client, 20 inserted and 20 held out
 
 
@@ -56,10 +78,7 @@ def build_configs(args: argparse.Namespace) -> list[TabularPdpConfig]:
     """Every run as a validated config: main runs first, then the drift demonstration."""
     grid = GRIDS[args.grid]
     overrides = sweep_overrides(STUDY, grid.preset, args.results_dir, {
-        "noise-seed-file": args.noise_seed_file,
-        "local-epochs": args.epochs, "num-rounds": args.rounds, "dataset": args.dataset, "data-dir": args.data_dir,
-        "data-fraction": args.data_fraction, "device": args.device, "tab-clip-norm": args.clip_norm,
-        "tab-noise-multiplier": args.noise_multiplier}, args.set)
+        "noise-seed-file": args.noise_seed_file, **key_knobs(args, KNOBS)}, args.set)
     if args.clip_norm is not None:
         overrides["tab-clip-mode"] = "fixed"
     seeds = range(args.seed0, args.seed0 + (grid.seeds if args.seeds is None else args.seeds))
@@ -86,16 +105,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = sweep_parser("flower_apps.tabular_pdp.sweep", __doc__, seeds_help="main runs (default: the grid's)")
     p.add_argument("--grid", choices=sorted(GRIDS), default="reduced")
     p.add_argument("--drift-seeds", type=int, help="runs per poison kind (default: the grid's; 0 = none)")
-    p.add_argument("--poisons", nargs="+", choices=[x for x in POISONS if x != "none"])
-    p.add_argument("--epochs", type=int, help="local epochs per round (default: the preset's)")
-    p.add_argument("--rounds", type=int, help="rounds per setting (default: the preset's)")
-    p.add_argument("--clip-norm", type=float, help="fix C (tab-clip-mode=fixed) instead of estimating it, "
-                   "e.g. the paper's 8.5")
-    add_data_args(p, ["cancer-synthetic", "cancer-csv"], "the CSV (or its folder) for --dataset cancer-csv")
+    add_key_flags(p, KEYS, (POISON_AXIS, *KNOBS))
     p.add_argument("--attacks", action="store_true",
                    help="add a raw-data run per seed, attack every trained model (MIA: shadow-calibrated loss "
                         "threshold, offline LiRA; attribute inference) and write the privacy report card")
-    p.add_argument("--noise-multiplier", type=float, help="n_eps of GDP and PDP (default: the paper's 0.05)")
     p.add_argument("--audit", type=int, nargs="?", const=AUDIT_CANARIES, default=0, metavar="PER_CLIENT",
                    help=f"empirical privacy audit of GDP and PDP in the main runs with this many canary clients per "
                         f"client (default {AUDIT_CANARIES}, half inserted); audited runs get their own folders")

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-from dataclasses import asdict, dataclass
 from typing import Any
 
 from flower_apps.config import ConfigError, check_study_fault, need
@@ -29,93 +27,15 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
-@dataclass(frozen=True)
-class UltrasoundConfig:
-    """Everything one ultrasound run needs; built by :func:`build_config`."""
+class _UltrasoundRun:
+    """What an ultrasound run derives from its fields (one field per key of KEYS, flower_apps/ultrasound/study.py).
 
-    mode: str
-    algorithm: str
-    arch: str
-    task: str
-    partition: str
-    image_size: int
-    num_clients: int
-    num_rounds: int
-    local_epochs: int
-    batch_size: int
-    lr: float
-    dirichlet_alpha: float
-    quantity_sigma: float
-    feature_skew: float
-    proximal_mu: float
-    server_lr: float
-    beta1: float
-    beta2: float
-    dp_sgd: bool
-    noise_multiplier: float
-    max_grad_norm: float
-    delta: float
-    grad_sample_mode: str
-    channels_last: bool
-    dp_finetune: str
-    pretrained: bool
-    head_init: str
-    weights_dir: str
-    synthetic_fallback: bool
-    dataset: str
-    data_dir: str
-    data_fraction: float
-    seed: int
-    device: str
-    results_dir: str
-    run_name: str
-    preset: str
-    round_timeout: float  # wall seconds the ServerApp waits for one round's replies
-    # Always "" (the key refuses a path: a client's seed file is its node's, client_app.dp_settings); kept so
-    # that the run hashes of earlier runs stay. No client reads it.
-    noise_seed_file: str = ""
-    noise_mode: str = "secure"  # DP-SGD noise: secure (OS entropy) or seeded (each training node's own seed file)
-    node_local_data: bool = False  # deployment: SuperNodes train on their data-path (flower_apps/common/node_data.py)
-    eval_data_path: str = ""  # with node_local_data: the coordinator's folder with test/ and val/ (BUSI layout)
-    audit_canaries: int = 0  # one-run DP-SGD audit of client 0 (flower_apps/ultrasound/audit.py); 0 = none
-    dp_fault: str = ""  # issue 37: a deliberately broken mechanism (privacy/faults.py; tests only)
-    audit_canary: str = "random-pixels"
-    rerun: str = "refuse"  # a finished run of this config in the folder: refuse or replace (not in the run hash)
-
-    def to_json(self) -> str:
-        """Serialized form carried in every message."""
-        return json.dumps(asdict(self), sort_keys=True)
-
-    @classmethod
-    def from_json(cls, text: str) -> UltrasoundConfig:
-        return cls(**json.loads(text))
-
-    def effective(self) -> dict:
-        """The fields that can change this run's results (for resume hashing): DP knobs only with DP-SGD,
-        mu only for FedProx, the server optimizer only for FedAdam; never output locations, the device,
-        the per-sample-gradient implementation or the memory layout (same mathematics, other speed and
-        last-bit rounding), nor how long the server waits or whether it may replace a finished run."""
-        d = asdict(self)
-        for k in ("results_dir", "run_name", "rerun", "device", "grad_sample_mode", "channels_last", "round_timeout"):
-            d.pop(k)
-        if not self.dp_sgd:
-            for k in ("noise_multiplier", "max_grad_norm", "delta", "dp_finetune"):
-                d[k] = None
-        if self.head_init == "timm":  # runs with timm's head keep the hash they had before the key existed
-            d.pop("head_init")
-        if not self.dp_sgd or self.noise_mode == "secure":  # secure runs keep the hash they had before the key
-            d.pop("noise_mode")
-        if not self.audit_canaries:  # un-audited runs keep the hash they had before the audit keys existed
-            d.pop("audit_canaries")
-            d.pop("audit_canary")
-        if self.method != "fedprox":
-            d["proximal_mu"] = None
-        if self.method != "fedadam":
-            d["server_lr"] = d["beta1"] = d["beta2"] = None
-        if not self.node_local_data:  # simulated runs keep the hashes they had before deployments existed
-            d.pop("node_local_data")
-            d.pop("eval_data_path")
-        return d
+    Its run identity is declared on the keys (study.py: ``in_run_hash``, ``hash_omit_when``,
+    ``hash_null_when``): DP knobs only with DP-SGD, mu only for FedProx, the server optimizer only for
+    FedAdam; never the device, the per-sample-gradient implementation or the memory layout.
+    ``noise_seed_file`` is always '' (the key refuses a path: a client's seed file is its node's,
+    client_app.dp_settings); it stays a field so that earlier runs keep their hashes.
+    """
 
     @property
     def dp_label(self) -> str:
@@ -137,6 +57,10 @@ class UltrasoundConfig:
         return (f"{self.task}_{self.partition}_{self.arch}_{self.method}_{self.dp_label}{ft}_{self.image_size}px_"
                 f"K{self.num_clients}_T{self.num_rounds}_E{self.local_epochs}_{self.dataset}_s{self.seed}{head}{audit}"
                 f"{fault}")
+
+
+UltrasoundConfig = KEYS.config_class("UltrasoundConfig", base=_UltrasoundRun,
+                                     doc="Everything one ultrasound run needs (a field per key); built by build_config.")
 
 
 def build_config(c: dict[str, Any]) -> UltrasoundConfig:

@@ -39,8 +39,23 @@ def _no_seed_file_in_run_config(path: str) -> str:
     return path
 
 
+
+def _null_unless_method(method: str) -> dict[str, tuple[str, ...]]:
+    """``hash_null_when`` of a knob only ``method`` (a federated algorithm) reads: null in every other run."""
+    return {"us-mode": tuple(m for m in MODES if m != "federated"),
+            "us-algorithm": tuple(a for a in ALGORITHMS if a != method)}
+
+
+_NULL_WITHOUT_DP_SGD = {"us-dp-sgd": (False,)}  # DP knobs are hashed as null in runs without DP-SGD
+# simulated runs keep the hashes they had before deployments existed
+_OMIT_WHEN_SIMULATED = {"node-local-data": (False,)}
+
+# The run identity (flower_apps/common/results.py:run_identity) as ultrasound's kept runs carry it: never the
+# device, the per-sample-gradient implementation or the memory layout (same mathematics, other speed and
+# last-bit rounding); keys added later (head init, noise mode, audit, node-local data) out at their old value.
 KEYS = KeyTable(STUDY, (
     COMMON_KEYS["dataset"].refine(choices=ULTRASOUND_SOURCES),
+    COMMON_KEYS["device"].refine(in_run_hash=False),
     COMMON_KEYS["noise-seed-file"].refine(parse=_no_seed_file_in_run_config,
                                           allowed="'' (a client's seed file is its node's: us-noise-mode)"),
     # synthetic images are generated (datasets/busi.py): they read no files
@@ -64,42 +79,57 @@ KEYS = KeyTable(STUDY, (
     Key("us-quantity-sigma", 0.5, float, ge=0, field="quantity_sigma", doc="lognormal sigma of the client-size skew"),
     Key("us-feature-skew", 1.0, float, ge=0, field="feature_skew",
         doc="strength of the per-client image transform skew"),
-    Key("us-proximal-mu", 0.01, float, ge=0, field="proximal_mu", doc="FedProx proximal term mu"),
-    Key("us-server-lr", 0.01, float, gt=0, field="server_lr", doc="FedAdam server learning rate"),
-    Key("us-beta1", 0.9, float, ge=0, lt=1, field="beta1", doc="FedAdam beta1"),
-    Key("us-beta2", 0.99, float, ge=0, lt=1, field="beta2", doc="FedAdam beta2"),
+    Key("us-proximal-mu", 0.01, float, ge=0, field="proximal_mu", hash_null_when=_null_unless_method("fedprox"),
+        doc="FedProx proximal term mu"),
+    Key("us-server-lr", 0.01, float, gt=0, field="server_lr", hash_null_when=_null_unless_method("fedadam"),
+        doc="FedAdam server learning rate"),
+    Key("us-beta1", 0.9, float, ge=0, lt=1, field="beta1", hash_null_when=_null_unless_method("fedadam"),
+        doc="FedAdam beta1"),
+    Key("us-beta2", 0.99, float, ge=0, lt=1, field="beta2", hash_null_when=_null_unless_method("fedadam"),
+        doc="FedAdam beta2"),
     Key("us-dp-sgd", False, bool, field="dp_sgd", doc="train the clients with DP-SGD (Opacus)"),
-    Key("us-noise-multiplier", 2.0, float, ge=0, field="noise_multiplier", doc="z: DP-SGD noise multiplier"),
-    Key("us-max-grad-norm", 1.5, float, gt=0, field="max_grad_norm", doc="C: DP-SGD per-sample clipping norm"),
-    Key("us-delta", 1e-5, float, gt=0, lt=1, field="delta", doc="delta at which DP-SGD epsilon is reported"),
-    Key("us-noise-mode", "secure", str, choices=NOISE_MODES, field="noise_mode",
+    Key("us-noise-multiplier", 2.0, float, ge=0, field="noise_multiplier", hash_null_when=_NULL_WITHOUT_DP_SGD,
+        doc="z: DP-SGD noise multiplier"),
+    Key("us-max-grad-norm", 1.5, float, gt=0, field="max_grad_norm", hash_null_when=_NULL_WITHOUT_DP_SGD,
+        doc="C: DP-SGD per-sample clipping norm"),
+    Key("us-delta", 1e-5, float, gt=0, lt=1, field="delta", hash_null_when=_NULL_WITHOUT_DP_SGD,
+        doc="delta at which DP-SGD epsilon is reported"),
+    # secure runs (and runs without DP-SGD) keep the hash they had before the key existed
+    Key("us-noise-mode", "secure", str, choices=NOISE_MODES, field="noise_mode", roles={"randomness"},
+        hash_omit_when={"us-dp-sgd": (False,), "us-noise-mode": ("secure",)},
         doc=f"DP-SGD noise randomness of each training node: secure (OS entropy) or seeded (the node's own seed "
             f"file: its --node-config {NODE_SEED_KEY}, else ${NOISE_SEED_ENV}; a node without one refuses; "
             "the run config never names it)"),
     Key("us-dp-finetune", "frozen-bn", str, choices=DP_FINETUNE, field="dp_finetune",
+        hash_null_when=_NULL_WITHOUT_DP_SGD,
         doc="DP-SGD on a pretrained net: frozen-bn (BatchNorm frozen in eval form, ImageNet statistics kept), "
             "frozen-bn-last (also only the last 3 layer groups trained), frozen-bn-head (only the classifier "
             "trained: a DP linear probe) or groupnorm (BN -> GroupNorm)"),
     Key("us-grad-sample-mode", "ghost", str, choices=GRAD_SAMPLE_MODES, field="grad_sample_mode",
+        roles={"transport"}, in_run_hash=False,
         doc="per-sample gradient implementation (ghost clipping: fastest on CPU, least memory)"),
-    Key("us-channels-last", False, bool, field="channels_last",
+    Key("us-channels-last", False, bool, field="channels_last", roles={"transport"}, in_run_hash=False,
         doc="train in channels-last memory layout (same mathematics, other summation order: 1.3-1.6x faster "
             "on CPUs with oneDNN, e.g. EfficientNet-Lite0 at 160 px; not part of the run's identity); non-DP "
             "training only: DP-SGD keeps the default layout (Opacus' per-sample conv gradients are wrong in "
             "channels-last)"),
     Key("us-pretrained", True, bool, field="pretrained", doc="start from ImageNet weights when available"),
-    Key("us-head-init", "timm", str, choices=HEAD_INITS, field="head_init",
+    # runs with timm's head keep the hash they had before the key existed
+    Key("us-head-init", "timm", str, choices=HEAD_INITS, field="head_init", hash_omit_when={"us-head-init": ("timm",)},
         doc="the new classifier head: timm's initialisation, or zero (the usual start for a linear probe and "
             "for DP fine-tuning: no random logits before the first update)"),
     Key("us-weights-dir", "", str, field="weights_dir", doc="where pretrained weights are ('' = the caches)"),
     Key("us-synthetic-fallback", False, bool, field="synthetic_fallback",
         doc="smoke only: labelled synthetic images when BUSI is absent"),
-    SHARED_KEYS["node-local-data"],
-    SHARED_KEYS["eval-data-path"],
-    Key("us-audit-canaries", 0, int, ge=0, field="audit_canaries",
+    SHARED_KEYS["node-local-data"].refine(hash_omit_when=_OMIT_WHEN_SIMULATED),
+    SHARED_KEYS["eval-data-path"].refine(hash_omit_when=_OMIT_WHEN_SIMULATED),
+    # un-audited runs keep the hash they had before the audit keys existed
+    Key("us-audit-canaries", 0, int, ge=0, field="audit_canaries", roles={"probe"},
+        hash_omit_when={"us-audit-canaries": (0,)},
         doc="one-run empirical DP-SGD audit of client 0 (federated runs): canary examples, half inserted; "
             "0 = no audit (docs/audit.md)"),
-    Key("us-audit-canary", "random-pixels", str, choices=CANARY_KINDS, field="audit_canary",
+    Key("us-audit-canary", "random-pixels", str, choices=CANARY_KINDS, field="audit_canary", roles={"probe"},
+        hash_omit_when={"us-audit-canaries": (0,)},
         doc="audit canaries: random-pixel images with random labels, mislabelled images of client 0, or gradient "
             "(white-box Dirac gradient canaries of norm C in client 0's DP-SGD steps, noise measured against the "
             "configured z C; needs us-dp-sgd=true)"),

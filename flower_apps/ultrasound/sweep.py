@@ -21,7 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from flower_apps.common.sweep import (
-    add_data_args,
+    DATA_FLAGS,
+    KeyFlag,
+    add_key_flags,
+    key_knobs,
     parse_set,
     run_keys,
     run_pending,
@@ -37,7 +40,7 @@ from flower_apps.ultrasound.config import ALGORITHMS, MODES, UltrasoundConfig, n
 from flower_apps.ultrasound.gradient_audit import DEFAULT_GRADIENT_CANARIES
 from flower_apps.ultrasound.report import write_report
 from flower_apps.ultrasound.server_app import is_complete, server_main
-from flower_apps.ultrasound.study import NOISE_SEED_ENV
+from flower_apps.ultrasound.study import KEYS, NOISE_SEED_ENV
 
 METHODS = ("fedavg", "fedprox", "fedadam", "centralized", "local")
 PAPER_ABLATION_C = (0.5, 1.0, 1.5, 2.0)
@@ -45,6 +48,30 @@ PAPER_ABLATION_Z = (0.5, 1.0, 1.5, 2.0, 3.0)
 TASKS3 = ("normal-vs-abnormal", "benign-vs-malignant", "three-class")
 # The cpu grid's DP fine-tuning recipe (docs/ultrasound.md, "DP-SGD with noise at the cpu scale").
 CPU_DP_RECIPE = (("us-dp-finetune", "frozen-bn-head"), ("us-head-init", "zero"), ("lr", 0.01))
+
+
+# Flags that set a run key for every run of the sweep (type, choices and help from the key).
+KNOBS = (
+    KeyFlag("num-rounds", "--rounds"),
+    KeyFlag("local-epochs"),
+    KeyFlag("us-image-size", "--image-size"),
+    *DATA_FLAGS,
+    KeyFlag("us-grad-sample-mode", "--grad-sample-mode"),
+)
+# Flags that give the values of a grid axis (default: the grid's).
+AXES = (
+    KeyFlag("us-task", "--tasks", axis=True, default="the grid's"),
+    KeyFlag("us-partition", "--partitions", axis=True, default="the grid's"),
+    KeyFlag("us-arch", "--archs", axis=True, default="the grid's"),
+)
+ABLATION = (
+    KeyFlag("us-max-grad-norm", "--ablation-c", axis=True, note="the C x z ablation's clip norms", default="the grid's"),
+    KeyFlag("us-noise-multiplier", "--ablation-z", axis=True, note="the C x z ablation's noise multipliers",
+            default="the grid's"),
+)
+AUDIT_CANARY = KeyFlag("us-audit-canary", "--audit-canary", default="gradient for DP-SGD runs (white-box Dirac "
+                       "gradient canaries with a verdict that fires on broken noise, issue 37), random-pixels otherwise "
+                       "(input-space canaries, lower bound only)")
 
 
 @dataclass(frozen=True)
@@ -152,10 +179,7 @@ def build_configs(args: argparse.Namespace) -> list[UltrasoundConfig]:
     knobs = sweep_overrides("ultrasound", grid.preset, args.results_dir, {
         # DP-SGD noise is each client's: the file reaches the clients through their environment (set in
         # main), never the run config; the run only asks for seeded noise.
-        "us-noise-mode": "seeded" if args.noise_seed_file else None,
-        "num-rounds": args.rounds, "local-epochs": args.local_epochs, "us-image-size": args.image_size,
-        "dataset": args.dataset, "data-dir": args.data_dir, "device": args.device,
-        "us-grad-sample-mode": args.grad_sample_mode, "data-fraction": args.data_fraction}, args.set)
+        "us-noise-mode": "seeded" if args.noise_seed_file else None, **key_knobs(args, KNOBS)}, args.set)
     spec = STUDIES["ultrasound"]
     configs = []
     for run in run_specs(grid, args):
@@ -184,23 +208,16 @@ def audit_choice(args: argparse.Namespace, dp_sgd: bool) -> tuple[str, int]:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = sweep_parser("flower_apps.ultrasound.sweep", __doc__)
     p.add_argument("--grid", choices=sorted(GRIDS), default="smoke")
-    p.add_argument("--tasks", nargs="+", choices=list(TASKS3) + ["nonmalignant-vs-malignant"])
-    p.add_argument("--partitions", nargs="+", choices=["iid", "non-iid", "label", "quantity", "feature"])
-    p.add_argument("--archs", nargs="+", help="timm names (default: the grid's)")
+    add_key_flags(p, KEYS, AXES)
     p.add_argument("--methods", nargs="+", choices=METHODS)
     p.add_argument("--no-dp", action="store_true", help="no DP-SGD run: skips the DP point and the C x z ablation")
     p.add_argument("--no-ablation", action="store_true", help="skip the C x z ablation")
     p.add_argument("--dp-only", action="store_true", help="only the DP-SGD runs (the DP point and the ablation)")
-    p.add_argument("--ablation-c", type=float, nargs="+", help="clip norms of the ablation (default: the grid's)")
-    p.add_argument("--ablation-z", type=float, nargs="+", help="noise multipliers of the ablation")
+    add_key_flags(p, KEYS, ABLATION)
     p.add_argument("--dp-set", action="append", default=[], type=parse_set, metavar="KEY=VALUE", dest="dp_set",
                    help="a run key for the DP-SGD runs only (repeatable), e.g. the DP fine-tuning recipe "
                         "--dp-set us-dp-finetune=frozen-bn-head --dp-set us-head-init=zero --dp-set lr=0.01")
-    p.add_argument("--rounds", type=int)
-    p.add_argument("--local-epochs", type=int)
-    p.add_argument("--image-size", type=int)
-    add_data_args(p, ["busi", "breastmnist", "synthetic"])
-    p.add_argument("--grad-sample-mode", choices=["hooks", "functorch", "ew", "ghost"])
+    add_key_flags(p, KEYS, KNOBS)
     p.add_argument("--num-gpus", type=float, default=None,
                    help="GPUs per virtual SuperNode (default: 1/K with CUDA, so the K clients share one GPU)")
     p.add_argument("--list", action="store_true", help="print the runs and exit")
@@ -211,10 +228,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help=f"one-run empirical audit of client {audit.AUDITED_CLIENT} in every federated run, M canaries "
                         f"(default: {DEFAULT_GRADIENT_CANARIES} gradient canaries, {audit.DEFAULT_CANARIES} input-space "
                         "ones): sets the run keys us-audit-canaries / us-audit-canary; audited runs get their own folders")
-    p.add_argument("--audit-canary", choices=audit.CANARY_KINDS, default=None,
-                   help="gradient (the default for DP-SGD runs): white-box Dirac gradient canaries in client 0's DP-SGD "
-                        "steps, with a verdict that fires on broken noise (issue 37); random-pixels (the default for "
-                        "non-DP runs) / mislabelled: input-space canaries, lower bound only")
+    add_key_flags(p, KEYS, (AUDIT_CANARY,))
     return p.parse_args(argv)
 
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-from dataclasses import asdict, dataclass
 from typing import Any
 
 from flower_apps.config import need
@@ -22,66 +20,12 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
-@dataclass(frozen=True)
-class UdflConfig:
-    """Everything one unlinkable-dfl run needs; built by :func:`build_config`."""
+class _UdflRun:
+    """What an unlinkable-dfl run derives from its fields (one field per key of KEYS, flower_apps/unlinkable_dfl/study.py).
 
-    num_nodes: int
-    num_rounds: int
-    seed: int
-    dataset: str
-    data_dir: str
-    data_fraction: float
-    test_fraction: float
-    alpha: float
-    model: str
-    lr: float
-    momentum: float
-    weight_decay: float
-    batch_size: int
-    local_epochs: int
-    mode: str
-    mixnet: bool
-    max_hops: int
-    outbox: int
-    mu: float
-    sigma: float
-    cover: bool
-    cover_policy: str
-    latency: float
-    payload_size: int
-    share_ratio: float
-    quantize: bool
-    aggregator: str
-    krum_budget: int
-    krum_fallback: str
-    topology: str
-    degree: int
-    virtual_round_timeout: float  # simulated network time per round (udfl-round-timeout)
-    churn_leave: float
-    churn_join: float
-    byzantine_fraction: float
-    byzantine_attack: str
-    byzantine_scale: float
-    curious_node: int
-    eval_samples: int
-    clients_per_message: int
-    device: str
-    results_dir: str
-    run_name: str
-    preset: str
-    round_timeout: float  # wall seconds the ServerApp waits for one phase's replies
-    node_local_data: bool = False  # deployment: SuperNodes train on their data-path (flower_apps/common/node_data.py)
-    eval_data_path: str = ""  # with node_local_data: the coordinator's test set, on which it evaluates every node
-    rerun: str = "refuse"  # a finished run of this config in the folder: refuse or replace (not in the run hash)
-
-    def to_json(self) -> str:
-        """Serialized form carried in every message."""
-        return json.dumps(asdict(self), sort_keys=True)
-
-    @classmethod
-    def from_json(cls, text: str) -> UdflConfig:
-        return cls(**json.loads(text))
+    ``num_nodes`` is num-clients, ``virtual_round_timeout`` is udfl-round-timeout (simulated network time per
+    round), ``round_timeout`` the common wall-clock wait for one phase's replies.
+    """
 
     @property
     def encoding(self) -> str:
@@ -111,6 +55,10 @@ class UdflConfig:
             parts.append(f"B{self.krum_budget}")
         parts.append(f"s{self.seed}")
         return "_".join(parts)
+
+
+UdflConfig = KEYS.config_class("UdflConfig", base=_UdflRun,
+                               doc="Everything one unlinkable-dfl run needs (a field per key); built by build_config.")
 
 
 def build_config(c: dict[str, Any]) -> UdflConfig:

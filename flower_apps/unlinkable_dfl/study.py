@@ -20,6 +20,7 @@ BYZANTINE_ATTACKS = ("arbitrary", "scaled")
 
 KEYS = KeyTable(STUDY, (
     COMMON_KEYS["num-clients"].refine(ge=3, field="num_nodes"),
+    COMMON_KEYS["noise-seed-file"].refine(held=False),  # no DP noise in this study: its config holds no seed file
     COMMON_KEYS["dataset"].refine(choices=DATASETS),
     # mnist-5k is the built-in offline subset (datasets/registry.py): it reads no files
     COMMON_KEYS["data-dir"].refine(unused_when={"dataset": ("mnist-5k",)}),

@@ -27,6 +27,9 @@ from pathlib import Path
 
 from flower_apps.common.results import atomic_write_json, read_json
 from flower_apps.common.sweep import (
+    KeyFlag,
+    add_key_flags,
+    key_knobs,
     pending_runs,
     run_keys,
     run_pending,
@@ -37,11 +40,18 @@ from flower_apps.common.sweep import (
 from flower_apps.unlinkable_dfl.config import UdflConfig, build_config, nodes_needed
 from flower_apps.unlinkable_dfl.netexp import TrafficSpec
 from flower_apps.unlinkable_dfl.server_app import is_complete, run_dir, server_main
+from flower_apps.unlinkable_dfl.study import KEYS
 
 STUDY = "unlinkable-dfl"
 EXPERIMENTS = ("scaling", "cost", "payload", "partial", "churn", "byzantine", "linking", "content", "topology")
 SCALES = ("reduced", "paper")
 DATASET_EXPERIMENTS = ("scaling", "payload", "partial")  # the ones --dataset applies to (issue 17)
+# The learning runs' data (scaling, payload, partial): type, choices and help from the run keys.
+DATA_FLAGS = (
+    KeyFlag("dataset", note="of the learning runs (scaling, payload, partial)", default="the scale's preset"),
+    KeyFlag("data-dir", note="needs --dataset", default="the loaders' search path"),
+    KeyFlag("data-fraction", note="of the --dataset's training images; needs --dataset"),
+)
 #: Theory columns a transport result must hold; older results without them are measured again.
 THEORY_KEYS = ("agnostic_trace_bound", "aware_trace_bound", "aware_relay_h_inf_bits")
 
@@ -191,11 +201,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = sweep_parser("flower_apps.unlinkable_dfl.sweep", __doc__, seeds_help="number of seeds", default=1)
     p.add_argument("--experiment", choices=EXPERIMENTS, required=True)
     p.add_argument("--scale", choices=SCALES, default="reduced")
-    p.add_argument("--dataset", help="dataset of the learning runs (scaling, payload, partial): mnist, "
-                                     "fashion-mnist, cifar10, ... (default: the scale's preset)")
-    p.add_argument("--data-dir", help="folder of the --dataset files (default: the loaders' search path)")
-    p.add_argument("--data-fraction", type=float,
-                   help="fraction of the --dataset's training images to use (default: the preset's)")
+    add_key_flags(p, KEYS, DATA_FLAGS)
     return p.parse_args(argv)
 
 
@@ -214,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.data_fraction is not None and args.dataset is None:
         print("error: --data-fraction needs --dataset", file=sys.stderr)
         return 2
-    data = {"dataset": args.dataset, "data-dir": args.data_dir, "data-fraction": args.data_fraction}
+    data = key_knobs(args, DATA_FLAGS)
 
     def report(configs: list[UdflConfig]) -> str:
         from flower_apps.unlinkable_dfl.report import write_report

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from types import SimpleNamespace
 
 import pytest
 
 import flower_apps.runner as runner
 from flower_apps.common.sweep import run_pending
+from flower_apps.config import SHARED_KEYS, Key, KeyTable
 
 
 def _fake_simulation(finish: set[str]):
@@ -56,14 +56,19 @@ def test_pending_runs_names_what_it_counts(capsys):
     assert "u sweep 'linking-reduced': 2 transport measurements, 1 already done, 1 to run" in capsys.readouterr().out
 
 
-@dataclass(frozen=True)
-class _Run:
-    """The fields a sweep reads of a study config: its run name and where its folder goes."""
+class _Named:
+    @property
+    def default_run_name(self) -> str:
+        return self.sw_name
 
-    default_run_name: str
-    results_dir: str = "res"
-    run_name: str = ""
-    lr: float = 0.01
+
+# A study config as a sweep reads it: its run name, where its folder goes, and a key outside the name (lr).
+_TABLE = KeyTable("s", (SHARED_KEYS["lr"], Key("sw-name", "", str, doc="the test run's folder name")))
+_RunConfig = _TABLE.config_class("_RunConfig", base=_Named)
+
+
+def _config(name: str, results_dir: str = "res", lr: float = 0.01):
+    return _TABLE.build(_RunConfig, {**_TABLE.defaults(), "sw-name": name, "results-dir": results_dir, "lr": lr})
 
 
 def _sweep(tmp_path, build, **kw):
@@ -77,7 +82,7 @@ def _sweep(tmp_path, build, **kw):
 
 
 def test_sweep_main_runs_the_pending_then_reports(tmp_path, capsys):
-    runs = [_Run(n, str(tmp_path)) for n in ("done", "todo")]
+    runs = [_config(n, str(tmp_path)) for n in ("done", "todo")]
     code, calls = _sweep(tmp_path, lambda: runs)
     assert code == 0 and calls == [("run", ["todo"]), ("report", 2)]
     out = capsys.readouterr().out
@@ -85,7 +90,7 @@ def test_sweep_main_runs_the_pending_then_reports(tmp_path, capsys):
 
 
 def test_sweep_main_calls_before_first_and_skips_all_work_when_report_only(tmp_path):
-    runs = [_Run("todo", str(tmp_path))]
+    runs = [_config("todo", str(tmp_path))]
     seen: list = []
     code, calls = _sweep(tmp_path, lambda: runs, before=lambda configs: seen.append(len(configs)))
     assert code == 0 and seen == [1] and calls == [("run", ["todo"]), ("report", 1)]
@@ -101,7 +106,7 @@ def test_sweep_main_refuses_a_bad_grid_with_exit_status_2_and_lists(tmp_path, ca
 
     assert _sweep(tmp_path, bad) == (2, [])
     assert capsys.readouterr().err.strip() == "error: num-clients must be >= 1, got 0"
-    runs = [_Run(n, str(tmp_path)) for n in ("a", "b")]
+    runs = [_config(n, str(tmp_path)) for n in ("a", "b")]
     assert _sweep(tmp_path, lambda: runs, list_only=True) == (0, [])
     assert capsys.readouterr().out == "a\nb\n"
 
@@ -123,14 +128,38 @@ def test_run_keys_layers_defaults_preset_knobs_and_run():
 
 
 def test_sweep_parser_has_the_shared_flags():
-    from flower_apps.common.sweep import add_data_args, sweep_parser
+    from flower_apps.common.sweep import DATA_FLAGS, add_key_flags, sweep_parser
+    from flower_apps.tabular_pdp.study import KEYS
 
     p = sweep_parser("flower_apps.x.sweep", "Run x.\n\nmore", seeds_help="runs", default=1)
-    add_data_args(p, ["a", "b"])
-    args = p.parse_args(["--report-only", "--dataset", "b", "--data-fraction", "0.5"])
+    add_key_flags(p, KEYS, DATA_FLAGS)
+    args = p.parse_args(["--report-only", "--dataset", "cancer-csv", "--data-fraction", "0.5"])
     assert (args.results_dir, args.seeds, args.seed0, args.num_cpus, args.report_only) == ("results", 1, 0, 1, True)
-    assert (args.dataset, args.data_fraction, args.data_dir, args.device) == ("b", 0.5, None, None)
+    assert (args.dataset, args.data_fraction, args.data_dir, args.device) == ("cancer-csv", 0.5, None, None)
     assert p.prog == "python -m flower_apps.x.sweep" and p.description == "Run x."
+
+
+def test_key_flags_take_type_choices_and_doc_from_the_key(capsys):
+    from flower_apps.common.sweep import KeyFlag, add_key_flags, key_knobs, sweep_parser
+    from flower_apps.dfl_dp.study import KEYS
+
+    flags = (KeyFlag("num-clients", "--clients", note="keep 100"), KeyFlag("framework", "--frameworks", axis=True),
+             KeyFlag("dp"), KeyFlag("data-part", without=("shadow",)))
+    p = sweep_parser("flower_apps.x.sweep", "Run x.")
+    add_key_flags(p, KEYS, flags)
+    args = p.parse_args(["--clients", "7", "--frameworks", "fl", "sequential-dfl", "--dp", "false"])
+    assert key_knobs(args, flags) == {"num-clients": 7, "dp": False, "data-part": None}  # the axis is the sweep's
+    assert args.frameworks == ["fl", "sequential-dfl"]
+    for bad in (["--clients", "x"], ["--frameworks", "fedprox"], ["--dp", "yes"], ["--data-part", "shadow"]):
+        with pytest.raises(SystemExit):
+            p.parse_args(bad)
+    assert "invalid choice: 'shadow'" in capsys.readouterr().err
+    p.print_help()
+    text = " ".join(capsys.readouterr().out.split())
+    assert "number of logical clients (nodes in the decentralized studies); keep 100 (run key num-clients" in text
+    assert "fl (FedAvg) or sequential-dfl (token passing) (run key framework, the values it sweeps" in text
+    with pytest.raises(ValueError, match="'nope' is not a run key of study 'dfl-dp'"):
+        add_key_flags(p, KEYS, (KeyFlag("nope"),))
 
 
 def test_set_values_are_read_as_in_flwr_run_config():
@@ -187,9 +216,9 @@ def test_two_configs_sharing_a_run_folder_are_refused_before_any_run(tmp_path, c
     from flower_apps.common.sweep import unique_runs
     from flower_apps.config import ConfigError
 
-    a, a_again, b = _Run("a", str(tmp_path)), _Run("a", str(tmp_path)), _Run("b", str(tmp_path))
+    a, a_again, b = _config("a", str(tmp_path)), _config("a", str(tmp_path)), _config("b", str(tmp_path))
     assert unique_runs("s", [a, b, a_again]) == [a, b]  # the same config twice runs once
-    other_lr = _Run("a", str(tmp_path), lr=0.1)  # same run name, another config
+    other_lr = _config("a", str(tmp_path), lr=0.1)  # same run name, another config
     with pytest.raises(ConfigError, match="share the run folder .*/s/runs/a with different configs"):
         unique_runs("s", [a, other_lr])
     code, calls = _sweep(tmp_path, lambda: [a, other_lr])
@@ -201,7 +230,7 @@ def test_a_finished_run_of_another_config_is_never_overwritten(tmp_path, capsys)
     from flower_apps.common.results import RunFinished, atomic_write_json, open_run_folder, run_folder, run_hash
     from flower_apps.config import ConfigError
 
-    old, new = _Run("a", str(tmp_path), lr=0.01), _Run("a", str(tmp_path), lr=0.1)
+    old, new = _config("a", str(tmp_path), lr=0.01), _config("a", str(tmp_path), lr=0.1)
     folder = run_folder("s", old)
     open_run_folder(folder, old)
     atomic_write_json(folder / "summary.json", {"config_hash": run_hash(old), "acc": 0.9})
@@ -223,13 +252,13 @@ def test_a_results_folder_can_move_and_older_runs_stay_finished(tmp_path):
 
     from flower_apps.common.results import atomic_write_json, config_hash, run_finished, run_folder, run_hash
 
-    here, there = _Run("a", str(tmp_path / "here")), _Run("a", str(tmp_path / "there"))
+    here, there = _config("a", str(tmp_path / "here")), _config("a", str(tmp_path / "there"))
     assert run_hash(here) == run_hash(there)  # where results go is not part of a run's identity
     folder = run_folder("s", there)
     atomic_write_json(folder / "summary.json", {"config_hash": run_hash(here)})  # finished "here", moved "there"
     assert run_finished(folder, there)
-    # a summary written before (its hash included the results folder and run name) still counts
-    legacy = config_hash(dataclasses.asdict(there))
+    # a summary written before 2026-12-01 (its hash included the results folder and run name) still counts
+    legacy = config_hash({k: v for k, v in dataclasses.asdict(there).items() if k not in ("round_timeout", "rerun")})
     atomic_write_json(folder / "summary.json", {"config_hash": legacy})
     assert run_finished(folder, there) and not run_finished(folder, dataclasses.replace(there, lr=0.5))
 
@@ -240,7 +269,7 @@ def test_a_run_folder_another_process_writes_is_refused_and_a_sweep_skips_it(tmp
 
     from flower_apps.common.results import RUN_LOCK, RunInProgress, close_run_folder, open_run_folder, run_folder
 
-    a, b = _Run("a", str(tmp_path)), _Run("b", str(tmp_path))
+    a, b = _config("a", str(tmp_path)), _config("b", str(tmp_path))
     fa, fb = run_folder("s", a), run_folder("s", b)
     fa.mkdir(parents=True)
     other = os.open(fa / RUN_LOCK, os.O_CREAT | os.O_RDWR)  # "another process": its own open file description
@@ -285,7 +314,7 @@ def test_a_run_folder_another_process_writes_is_refused_and_a_sweep_skips_it(tmp
 def test_sweep_main_ends_with_one_loud_line_and_exit_1_when_an_audit_verdict_is_violation(tmp_path, capsys):
     import json
 
-    runs = [_Run(n, str(tmp_path)) for n in ("done", "todo", "plain")]
+    runs = [_config(n, str(tmp_path)) for n in ("done", "todo", "plain")]
     for name, verdict in (("done", "consistent"), ("todo", "violation")):
         folder = tmp_path / "s" / "runs" / name
         folder.mkdir(parents=True)

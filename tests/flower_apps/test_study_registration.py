@@ -90,24 +90,22 @@ def test_config_class_is_derived_from_the_key_table():
 def test_run_record_refuses_a_finished_run_and_keeps_rounds(tmp_path):
     from flower_apps.common.results import RunFinished, read_json, read_jsonl
     from flower_apps.common.run_record import RunRecord
+    from flower_apps.config import Key, KeyTable
 
-    @dataclass(frozen=True)
-    class Cfg:
-        seed: int = 0
-        results_dir: str = str(tmp_path)
-        run_name: str = ""
-        rerun: str = "refuse"
-        lr: float = 0.1
-        default_run_name = "r_s0"
+    # a run record needs a config derived from a key table: its keys say what the run's identity holds
+    table = KeyTable("mine", (Key("mine-lr", 0.1, float, gt=0, doc="learning rate"),))
+    cfg = table.build(table.config_class("MineRun", run_name=("mine-lr",)),
+                      {**table.defaults(), "results-dir": str(tmp_path), "preset": "r"})
 
     with pytest.raises(RuntimeError, match="boom"):
-        with RunRecord("mine", Cfg()) as run:
+        with RunRecord("mine", cfg) as run:
             run.round({"round": 1, "acc": 0.5})
             raise RuntimeError("boom")
-    folder = tmp_path / "mine" / "runs" / "r_s0"
+    folder = tmp_path / "mine" / "runs" / "r_mine-lr0.1_s0"
     assert read_jsonl(folder / "rounds.jsonl") == [{"round": 1, "acc": 0.5}] and not (folder / "summary.json").exists()
-    with RunRecord("mine", Cfg()) as run:  # an unfinished run starts again
+    with RunRecord("mine", cfg) as run:  # an unfinished run starts again
         summary = run.finish({"final_acc": 0.7})
-    assert read_json(folder / "summary.json") == summary and summary["run"] == "r_s0" and summary["final_acc"] == 0.7
+    assert read_json(folder / "summary.json") == summary and summary["run"] == "r_mine-lr0.1_s0"
+    assert summary["final_acc"] == 0.7
     with pytest.raises(RunFinished, match="holds a finished run of this config"):
-        RunRecord("mine", Cfg()).__enter__()
+        RunRecord("mine", cfg).__enter__()

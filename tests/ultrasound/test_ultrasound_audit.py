@@ -74,11 +74,11 @@ def test_requests_and_runs_the_audit_cannot_observe_are_refused():
 
 
 def test_audit_keys_leave_plain_runs_as_they_were_and_give_audited_runs_their_own_folder_and_hash():
-    from flower_apps.common.results import config_hash
+    from flower_apps.common.results import run_hash, run_identity
 
     plain, audited = _cfg(), _cfg(**{"us-audit-canaries": 16})
-    assert "audit_canaries" not in plain.effective() and "audit_canary" not in plain.effective()
-    assert config_hash(plain.effective()) != config_hash(audited.effective())
+    assert "audit_canaries" not in run_identity(plain) and "audit_canary" not in run_identity(plain)
+    assert run_identity(audited)["audit_canaries"] == 16 and run_hash(plain) != run_hash(audited)
     assert audited.default_run_name == plain.default_run_name + "_audit-random-pixels-m16"
     assert AuditRequest.of(plain) is None and AuditRequest.of(audited) == AuditRequest(16, "random-pixels", plain.seed)
     assert audit.audit_records(plain) is None and audit.audit_records(audited).req == AuditRequest.of(audited)

@@ -116,4 +116,6 @@ def test_zero_head_init_starts_every_logit_at_zero_and_keeps_its_own_run_folder(
     other = prepare({**base, "us-head-init": "zero", "us-dp-finetune": "frozen-bn-head"})[1]
     assert other.default_run_name != plain.default_run_name
     assert "-frozen-bn-head_" in other.default_run_name and other.default_run_name.endswith("_head-zero")
-    assert "head_init" not in plain.effective() and other.effective()["head_init"] == "zero"
+    from flower_apps.common.results import run_identity
+
+    assert "head_init" not in run_identity(plain) and run_identity(other)["head_init"] == "zero"
