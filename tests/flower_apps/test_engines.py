@@ -205,3 +205,16 @@ def test_both_engines_give_the_same_numbers_and_flwr_run_logs_each_line_once(tmp
     assert streamed.count("[ROUND 1/1]") == 1, lines  # dfl-dp's one round (tabular-pdp has its own phases)
     assert streamed.count("study dfl-dp, config") == 1 and streamed.count("study tabular-pdp, config") == 1
     assert "DEPRECATED" not in streamed
+
+
+def test_ray_cluster_runs_in_process_through_the_adapter_on_the_nodes_the_study_needs(monkeypatch):
+    """deploy.ray_cluster.simulate_on_cluster: the adapter, the cluster's address, StudySpec.nodes_needed
+    (unlinkable-dfl's paper preset needs 32 SuperNodes; the old guess from num_clients gave 2)."""
+    from deploy import ray_cluster
+    from flower_apps import engine
+
+    calls = []
+    monkeypatch.setattr(engine, "simulate", lambda app, n, **kw: calls.append((n, kw["backend"])))
+    ray_cluster.simulate_on_cluster("10.0.0.1:6379", {"study": "unlinkable-dfl", "preset": "paper"})
+    assert calls == [(32, {"client_resources": {"num_cpus": 1, "num_gpus": 0.0},
+                           "init_args": {"address": "10.0.0.1:6379"}})]
