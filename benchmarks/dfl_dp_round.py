@@ -6,7 +6,8 @@
 For each framework (FL and sequential DFL, No-DP) it measures, in the same run:
   * plain: the identical local training (same data plan, same clients, same optimizer,
     same batches) in one process, no Flower;
-  * flower: the same round through Flower's simulation engine (run_simulation, Ray),
+  * flower: the same round through Flower's simulation engine, in-process (flower_apps.engine: the
+    HopProbe and the cProfile wrap this process's grid and ServerApp, which flwr run cannot host; Ray),
     for several transport settings (logical clients per message, CPUs per virtual node).
 It prints per-round seconds (median over rounds 2..R, so actor start-up is excluded; the plain
 reference measured before and after the Flower runs, the faster kept),
@@ -160,7 +161,7 @@ def flower_rounds(cfg, num_cpus: float, probe_hops: bool = False,
     from flwr.app import Context
     from flwr.serverapp import Grid, ServerApp
 
-    from flower_apps.runner import simulate
+    from flower_apps.engine import simulate
     from strategies.cohorts import config_record
     from strategies.registry import build_strategy
 

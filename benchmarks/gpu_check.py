@@ -104,8 +104,8 @@ def run_one(study: str, device: str, num_gpus: float, results_dir: str) -> dict:
     from flwr.serverapp import Grid, ServerApp
 
     from flower_apps.config import RUN_CONFIG_DEFAULTS
+    from flower_apps.engine import simulate
     from flower_apps.router import prepare
-    from flower_apps.runner import simulate
 
     overrides = {"study": study, "preset": "smoke", "device": device, "results-dir": results_dir,
                  "run-name": f"gpu-check-{device}"}

@@ -10,9 +10,12 @@ and flwr/simulation/app.py):
   starts with the SuperLink's environment, so ``RAY_ADDRESS=<head>:<port>`` in the environment
   of ``flower-superlink --simulation`` attaches every simulation run to that cluster.
   Leave ``init-args-num-cpus/-num-gpus`` unset then: Ray refuses them for an existing cluster.
-- In-process (``flwr.simulation.run_simulation``, used by sweeps): ``backend_config =
-  {"init_args": {"address": "<head>:<port>"}, "client_resources": {...}}`` is passed to
-  ``ray.init`` verbatim (:func:`cluster_backend_config`, :func:`simulate_on_cluster`).
+  A sweep's ``--engine superlink`` (``flower_apps.superlink``) starts its SuperLink with this process's
+  environment, so ``RAY_ADDRESS=<head>:<port> python -m flower_apps.<study>.sweep --engine superlink``
+  runs there.
+- In-process (the adapter ``flower_apps.engine`` around the deprecated ``run_simulation``):
+  ``backend_config = {"init_args": {"address": "<head>:<port>"}, "client_resources": {...}}`` is
+  passed to ``ray.init`` verbatim (:func:`cluster_backend_config`, :func:`simulate_on_cluster`).
 
 Every Ray node needs the same Python environment with this project installed: the ClientApp
 actors import ``flower_apps`` on whichever node Ray places them.
@@ -206,16 +209,15 @@ def cluster_backend_config(address: str, num_cpus: float = 1, num_gpus: float = 
 
 def simulate_on_cluster(address: str, overrides: dict[str, Any], num_supernodes: int | None = None,
                         num_cpus: float = 1, num_gpus: float = 0.0) -> None:
-    """Run one study config in-process through the simulation engine on an existing cluster."""
-    from flwr.simulation import run_simulation
-
+    """Run one study config in-process (the adapter :mod:`flower_apps.engine`) on an existing cluster,
+    on the SuperNodes the study says it needs (``StudySpec.nodes_needed``) unless ``num_supernodes`` is given."""
     from flower_apps.config import RUN_CONFIG_DEFAULTS
-    from flower_apps.router import make_client_app, make_server_app, prepare
+    from flower_apps.engine import simulate
+    from flower_apps.router import make_server_app, prepare
 
-    _, cfg = prepare({**RUN_CONFIG_DEFAULTS, **overrides})
-    n = num_supernodes or max(1, -(-cfg.num_clients // getattr(cfg, "clients_per_message", 1)))
-    run_simulation(server_app=make_server_app(overrides), client_app=make_client_app(), num_supernodes=n,
-                   backend_config=cluster_backend_config(address, num_cpus, num_gpus))
+    spec, cfg = prepare({**RUN_CONFIG_DEFAULTS, **overrides}, given=overrides)
+    n = num_supernodes or spec.nodes_needed(cfg)
+    simulate(make_server_app(overrides), n, backend=cluster_backend_config(address, num_cpus, num_gpus))
 
 
 def main(argv: list[str] | None = None) -> int:

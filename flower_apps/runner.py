@@ -1,4 +1,20 @@
-"""Run studies in-process through Flower's simulation engine (tests, sweeps, benchmarks)."""
+"""Run studies: through ``flwr run`` on a local SuperLink (the supported path), or in-process.
+
+Two engines (:data:`ENGINES`), one choice per call:
+
+* ``'superlink'``: each run one ``flwr run`` on one local simulation SuperLink per sweep
+  (:mod:`flower_apps.superlink`), what flwr 1.42 supports (``--engine superlink``);
+* ``'inprocess'``: a ServerApp built here, run through the adapter around the deprecated
+  ``flwr.simulation.run_simulation`` (:mod:`flower_apps.engine`, which says why it is kept): the
+  default (``$PPFL_ENGINE`` changes it), and what benchmarks, audit trials, studies registered in
+  this process only and :func:`run_config_in_process` need.
+
+Both give the same models and summaries (tests/flower_apps/test_engines.py). Not yet the default
+for sweeps: one server-side diagnostic, dfl-dp's mean update norm (a BLAS dot product in the
+ServerApp's process), came out one ulp apart under ``flwr-simulation`` in 3 of 4 runs, and the same
+norm sets the clipping scale of an update above C; until that is explained, a kept grid resumed on
+the SuperLink could differ in the last bits from its in-process runs.
+"""
 
 from __future__ import annotations
 
@@ -9,37 +25,70 @@ from typing import Any
 
 from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
-from flwr.simulation import run_simulation
 
-from flower_apps.common.logs import flower_logs_once
 from flower_apps.common.results import RunFinished, RunInProgress, check_rerun, check_run_folder, run_folder
-from flower_apps.router import make_client_app, make_server_app, prepare
+from flower_apps.config import StudySpec
+from flower_apps.engine import simulate
+from flower_apps.router import make_server_app, prepare
+
+ENGINES = ("superlink", "inprocess")
+ENGINE_ENV = "PPFL_ENGINE"  # the default engine where a caller names none (unset: 'inprocess')
+
+__all__ = ["ENGINES", "default_engine", "pick_engine", "run_config_in_process", "run_many", "run_many_in_process",
+           "run_many_timed", "simulate", "task_identity"]
 
 
-def backend_config(num_cpus: float = 1, num_gpus: float = 0.0) -> dict:
-    """Ray backend config with per-client resources.
+def default_engine() -> str:
+    """``$PPFL_ENGINE`` if set (checked), else ``'inprocess'`` (see the module docstring for why)."""
+    engine = os.environ.get(ENGINE_ENV, "inprocess")
+    if engine not in ENGINES:
+        raise ValueError(f"{ENGINE_ENV} must be one of {ENGINES}, got {engine!r}")
+    return engine
 
-    With ``RAY_ADDRESS`` set, the simulation joins that existing Ray cluster (Ray refuses
-    ``num_cpus`` when joining one); otherwise it starts a local Ray with this machine's CPUs.
+
+def pick_engine(engine: str | None, server_main: Callable[[Grid, Any], dict]) -> tuple[str, StudySpec | None]:
+    """(engine, the study whose registered ``server_main`` this is) for a batch of runs.
+
+    ``flwr run`` can only start a built-in study's own ``server_main`` (the FAB's router runs it from
+    run keys). A batch with another ``server_main`` (a wrapper, a study registered in this process):
+    ``'inprocess'`` when no engine was named, a ValueError when ``'superlink'`` was.
     """
-    init_args: dict = {"include_dashboard": False}
-    if os.environ.get("RAY_ADDRESS"):
-        init_args["address"] = os.environ["RAY_ADDRESS"]
+    from flower_apps.studies import BUILTIN_STUDIES, STUDIES
+
+    if engine is not None and engine not in ENGINES:
+        raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")
+    chosen = engine or default_engine()
+    spec = next((s for s in STUDIES.values() if s.server_main is server_main), None)
+    if chosen == "superlink" and (spec is None or spec.name not in BUILTIN_STUDIES):
+        why = ("it is not a registered study's server_main" if spec is None
+               else f"study {spec.name!r} is registered in this process only, not in the Flower App flwr run ships")
+        if engine == "superlink":
+            raise ValueError(f"engine='superlink' cannot run {getattr(server_main, '__name__', server_main)!r}: "
+                             f"{why}; use engine='inprocess'")
+        print(f"in-process engine: {why}", flush=True)
+        chosen = "inprocess"
+    return chosen, spec
+
+
+def run_many(configs: list[Any], server_main: Callable[[Grid, Any], dict], num_supernodes: int,
+             num_cpus: float = 1, num_gpus: float = 0.0, on_done: Callable[[Any, dict], None] | None = None,
+             engine: str | None = None) -> str:
+    """Run already-validated configs on ``num_supernodes`` SuperNodes with the engine :func:`pick_engine`
+    chooses; ``on_done(cfg, summary)`` after each. Returns the engine used."""
+    chosen, spec = pick_engine(engine, server_main)
+    if chosen == "superlink":
+        from flower_apps.superlink import run_many_on_superlink
+
+        assert spec is not None
+        run_many_on_superlink(spec, configs, num_supernodes, num_cpus, num_gpus, on_done=on_done)
     else:
-        init_args["num_cpus"] = os.cpu_count() or 1
-    return {"client_resources": {"num_cpus": num_cpus, "num_gpus": num_gpus}, "init_args": init_args}
-
-
-def simulate(server_app: ServerApp, num_supernodes: int, num_cpus: float = 1, num_gpus: float = 0.0) -> None:
-    """``flwr.simulation.run_simulation`` with the project's ClientApp, each log line printed once."""
-    with flower_logs_once():
-        run_simulation(server_app=server_app, client_app=make_client_app(), num_supernodes=num_supernodes,
-                       backend_config=backend_config(num_cpus, num_gpus))
+        run_many_in_process(configs, server_main, num_supernodes, num_cpus, num_gpus, on_done=on_done)
+    return chosen
 
 
 def run_config_in_process(overrides: dict[str, Any], num_supernodes: int | None = None,
                           num_cpus: float = 1, num_gpus: float = 0.0) -> None:
-    """Validate ``overrides`` and the run folder (raises before any work), then run them through the simulation.
+    """Validate ``overrides`` and the run folder (raises before any work), then run them in-process (adapter).
 
     A folder holding a finished run of another config, or of this one without ``rerun='replace'``, is
     refused here, before Ray starts (the ServerApp checks again when it opens the folder).
@@ -58,7 +107,7 @@ def run_config_in_process(overrides: dict[str, Any], num_supernodes: int | None 
 def run_many_in_process(configs: list[Any], server_main: Callable[[Grid, Any], dict], num_supernodes: int,
                         num_cpus: float = 1, num_gpus: float = 0.0,
                         on_done: Callable[[Any, dict], None] | None = None) -> None:
-    """Run several already-validated configs in ONE simulation (one Ray start-up).
+    """Run several already-validated configs in ONE in-process simulation (one Ray start-up; the adapter).
 
     Clients are stateless (they read the config from each message), so consecutive runs
     share the virtual SuperNodes. Each run writes its own results folder as it finishes. A run whose

@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def run(pending: list[Any]) -> None:
         run_pending(pending, spec.server_main, is_complete, nodes=max(spec.nodes_needed(c) for c in pending),
-                    num_cpus=args.num_cpus, num_gpus=0.0, describe=describe)
+                    num_cpus=args.num_cpus, num_gpus=0.0, describe=describe, engine=args.engine)
 
     def report(configs: list[Any]) -> str:
         if spec.card is None:

@@ -1,8 +1,10 @@
-"""What every study's sweep does: build its configs, run the pending ones in one simulation, report.
+"""What every study's sweep does: build its configs, run the pending ones, report.
 
 :func:`sweep_main` is a sweep's command (refuse a bad grid with exit status 2, resume, report);
 :func:`pending_runs` says what is left of any resumable list (learning runs, transport
-measurements); :func:`run_pending` runs configs in one Flower simulation with progress lines.
+measurements); :func:`run_pending` runs configs with progress lines, each through ``flwr run`` on one
+local SuperLink per sweep (``--engine superlink``) or all in one in-process simulation
+(``--engine inprocess``, the default; see :mod:`flower_apps.runner` for why).
 """
 
 from __future__ import annotations
@@ -22,8 +24,8 @@ def sweep_parser(module: str, doc: str, seeds_help: str = "number of seeds (defa
                  **seeds_kw: Any) -> argparse.ArgumentParser:
     """The command line of ``python -m <module>`` with the flags every sweep has.
 
-    --results-dir (the run key's default and doc), --seeds, --seed0, --num-cpus, --report-only, --set,
-    --noise-seed-file; ``doc``'s first line is the description. The study adds its grid and knobs
+    --results-dir (the run key's default and doc), --seeds, --seed0, --num-cpus, --engine, --report-only,
+    --set, --noise-seed-file; ``doc``'s first line is the description. The study adds its grid and knobs
     (:func:`add_key_flags` for the flags that set run keys).
     """
     from flower_apps.config import COMMON_KEYS
@@ -34,6 +36,10 @@ def sweep_parser(module: str, doc: str, seeds_help: str = "number of seeds (defa
     p.add_argument("--seeds", type=int, help=seeds_help, **seeds_kw)
     p.add_argument("--seed0", type=int, default=0, help="first seed")
     p.add_argument("--num-cpus", type=float, default=1, help="CPUs per virtual SuperNode (Ray client resources)")
+    p.add_argument("--engine", choices=("superlink", "inprocess"), default=None,
+                   help="superlink: each run through flwr run on one local SuperLink of this sweep (flwr 1.42's "
+                        "supported path); inprocess: all runs in one in-process simulation (deprecated "
+                        "run_simulation; one Ray start-up). Default: $PPFL_ENGINE, else inprocess")
     p.add_argument("--report-only", action="store_true", help="only rebuild tables and figures")
     p.add_argument("--set", action="append", default=[], type=parse_set, metavar="KEY=VALUE", dest="set",
                    help="any run key for every run of the sweep, as in flwr run --run-config (repeatable; "
@@ -188,13 +194,16 @@ def run_keys(overrides: dict[str, Any], run: dict[str, Any]) -> dict[str, Any]:
 
 
 def run_pending(pending: list[Any], server_main: Callable[[Grid, Any], dict], is_complete: Callable[[Any], bool],
-                *, nodes: int, num_cpus: float, num_gpus: float, describe: Callable[[dict], str]) -> None:
-    """Run ``pending`` configs in ONE simulation on ``nodes`` virtual SuperNodes, printing progress.
+                *, nodes: int, num_cpus: float, num_gpus: float, describe: Callable[[dict], str],
+                engine: str | None = None) -> None:
+    """Run ``pending`` configs on ``nodes`` virtual SuperNodes, printing progress.
 
-    ``describe(summary)`` is the study's one-line result of a finished run. Raises if any run did not
-    finish (each finished run is already written: a rerun resumes).
+    ``engine``: 'superlink' (one ``flwr run`` per config on one local SuperLink), 'inprocess' (one
+    simulation for all), None: :func:`flower_apps.runner.pick_engine` decides. ``describe(summary)`` is
+    the study's one-line result of a finished run. Raises if any run did not finish (each finished run
+    is already written: a rerun resumes).
     """
-    from flower_apps.runner import run_many_in_process
+    from flower_apps.runner import run_many
 
     t0 = time.perf_counter()
     done = [0]
@@ -208,7 +217,7 @@ def run_pending(pending: list[Any], server_main: Callable[[Grid, Any], dict], is
         print(f"[{done[0]}/{len(pending)}] {name}: {describe(summary)} "
               f"({wall}sweep {el:.0f}s elapsed, ETA {eta:.0f}s)", flush=True)
 
-    run_many_in_process(pending, server_main, nodes, num_cpus, num_gpus, on_done=on_done)
+    run_many(pending, server_main, nodes, num_cpus, num_gpus, on_done=on_done, engine=engine)
     missing = [c for c in pending if not is_complete(c)]
     if missing:
         raise RuntimeError(f"{len(missing)} runs did not finish, e.g. {missing[0].default_run_name}; rerun to resume")

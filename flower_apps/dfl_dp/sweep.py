@@ -214,7 +214,7 @@ def _run(pending: list[DflDpConfig], args: argparse.Namespace) -> None:
     num_gpus = args.num_gpus if args.num_gpus is not None else (0.5 if torch.cuda.is_available() else 0.0)
     nodes = max(default_nodes(c) for c in pending)
     run_pending(pending, server_main, is_complete, nodes=nodes, num_cpus=args.num_cpus, num_gpus=num_gpus,
-                describe=lambda s: f"final acc {s['final_acc']:.4f}")
+                describe=lambda s: f"final acc {s['final_acc']:.4f}", engine=args.engine)
 
 
 if __name__ == "__main__":

@@ -143,7 +143,7 @@ def _run(pending: list[TabularPdpConfig], args: argparse.Namespace) -> None:
         return f"flagged {summary['drift']['flagged']}{'; ' + res if res else ''}"
 
     run_pending(pending, server_main, is_complete, nodes=max(nodes_needed(c) for c in pending),
-                num_cpus=args.num_cpus, num_gpus=0.0, describe=describe)
+                num_cpus=args.num_cpus, num_gpus=0.0, describe=describe, engine=args.engine)
 
 
 if __name__ == "__main__":

@@ -261,7 +261,7 @@ def _run(pending: list[UltrasoundConfig], args: argparse.Namespace) -> None:
     num_gpus = args.num_gpus if args.num_gpus is not None else (1.0 / nodes if torch.cuda.is_available() else 0.0)
     run_pending(pending, server_main, is_complete, nodes=nodes, num_cpus=args.num_cpus,
                 num_gpus=num_gpus,
-                describe=lambda s: f"acc {s['test_accuracy']:.4f}")
+                describe=lambda s: f"acc {s['test_accuracy']:.4f}", engine=args.engine)
 
 
 if __name__ == "__main__":

@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.perf_counter()
         if not is_complete(cfg):
             run_pending([cfg], functools.partial(server_main, network=carrier == "network"), is_complete, nodes=1,
-                        num_cpus=1.0, num_gpus=0.0,
+                        num_cpus=1.0, num_gpus=0.0, engine="inprocess",  # server_main's network= is no run key
                         describe=lambda s: f"final acc {s['final_acc']:.4f}, completeness {s['mean_completeness']:.3f}")
         wall[carrier] = time.perf_counter() - t0
     summaries = {c: read_json(run_dir(cfg) / "summary.json") for c, cfg in cfgs.items()}

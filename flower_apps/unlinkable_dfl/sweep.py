@@ -190,11 +190,12 @@ def check_dataset(experiment: str, dataset: str | None, data_dir: str | None) ->
     load_dataset(dataset, data_dir)  # DataError names the missing files (e.g. CIFAR-10 not downloaded)
 
 
-def run_learning(pending: list[UdflConfig], num_cpus: float = 1.0) -> None:
-    """The pending learning runs in one Flower simulation."""
+def run_learning(pending: list[UdflConfig], num_cpus: float = 1.0, engine: str | None = None) -> None:
+    """The pending learning runs (``engine``: see :func:`flower_apps.common.sweep.run_pending`)."""
     nodes = max(nodes_needed(c) for c in pending)
     run_pending(pending, server_main, is_complete, nodes=nodes, num_cpus=num_cpus, num_gpus=0.0,
-                describe=lambda s: f"final acc {s['final_acc']:.4f}, completeness {s['mean_completeness']:.3f}")
+                describe=lambda s: f"final acc {s['final_acc']:.4f}, completeness {s['mean_completeness']:.3f}",
+                engine=engine)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -234,7 +235,8 @@ def main(argv: list[str] | None = None) -> int:
 
     # Two phases: the network-only measurements (``before``), then the learning runs through Flower.
     return sweep_main(STUDY, label, lambda: build_configs(p.runs, args.scale, seeds, results_dir, data, args.set), is_complete,
-                      lambda pending: run_learning(pending, args.num_cpus), report, Path(results_dir) / STUDY / label,
+                      lambda pending: run_learning(pending, args.num_cpus, args.engine), report,
+                      Path(results_dir) / STUDY / label,
                       report_only=args.report_only,
                       before=(lambda configs: run_traffic_specs(specs, results_dir, label)) if specs else None)
 

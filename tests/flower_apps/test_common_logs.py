@@ -8,7 +8,7 @@ from contextlib import contextmanager
 
 import flwr.common.logger as flwr_logger
 
-import flower_apps.runner as runner
+import flower_apps.engine as engine
 from flower_apps.common.logs import flower_logs_once
 
 
@@ -46,15 +46,15 @@ def test_flower_logs_once_prints_one_line_and_restores_propagation():
     assert logging.getLogger("flwr").propagate is before
 
 
-def test_runner_simulate_runs_flower_inside_the_fix(monkeypatch):
+def test_the_in_process_adapter_runs_flower_inside_the_fix(monkeypatch):
     buf = io.StringIO()
 
     def fake_run_simulation(**kwargs):
         logging.getLogger("flwr").info("[ROUND 1/1] from the simulation")
 
-    monkeypatch.setattr(runner, "run_simulation", fake_run_simulation)
+    monkeypatch.setattr(engine, "run_simulation", fake_run_simulation)
     with _console_as_in_a_sweep(buf):
-        runner.simulate(runner.ServerApp(), 1)
+        engine.simulate(engine.ServerApp(), 1)
     assert _count(buf, "[ROUND 1/1] from the simulation") == 1
 
 
