@@ -35,7 +35,7 @@ ENGINES = ("superlink", "inprocess")
 ENGINE_ENV = "PPFL_ENGINE"  # the default engine where a caller names none (unset: 'inprocess')
 
 __all__ = ["ENGINES", "default_engine", "pick_engine", "run_config_in_process", "run_many", "run_many_in_process",
-           "run_many_timed", "simulate", "task_identity"]
+           "run_many_timed", "simulate"]
 
 
 def default_engine() -> str:
