@@ -14,7 +14,8 @@
   (audit canary clients inside the trusted aggregation, issue 13) and resume's round offset, all on
   the one base ``wrapper.StrategyWrapper``, which delegates the protocol every layer speaks
   (``layer``: grid view, round limits, array claims, member weights, the member clip, per-layer
-  records; ``layers()`` walks a composition).
+  records; ``layers()`` walks a composition); the server-side clip-and-noise ones on
+  ``clipping_wrapper.ClippingWrapper``, a StrategyWrapper.
   Other algorithms: ``fedadam_buffers``.
 - ``flwr_adapter``: every non-public piece of Flower the project uses (the FedAvg mean, the FedOpt mean
   hook, DP clip / sigma, logger name, run-config parsing, task identity), gated on flwr 1.42.0.

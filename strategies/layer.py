@@ -134,3 +134,10 @@ def start_rounds(strategy: Strategy, grid: Grid, initial_arrays: ArrayRecord, nu
     with layer.round_limits():
         return Strategy.start(strategy, layer.prepare_grid(grid), initial_arrays, num_rounds, timeout, train_config,
                               evaluate_config, evaluate_fn)
+
+
+def set_reply_rules(strategy: object, rules: ReplyRules) -> None:
+    """Give ``rules`` (strategies.reply_rules) to ``strategy`` and every layer it wraps (:func:`layers`)."""
+    for layer in layers(strategy):
+        if isinstance(layer, Layer):
+            layer.reply_rules = rules

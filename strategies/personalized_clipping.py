@@ -38,8 +38,8 @@ from privacy.faults import WRONG_COHORT_FACTOR, noise_divisor
 from privacy.mechanisms import clip_by_l2, gaussian_noise_like, global_l2_norm
 from privacy.personalized import personalized_sigmas
 from strategies.canaries import WeightedCanaries, mix_into_weighted_mean, real_weight
+from strategies.clipping_wrapper import ClippingWrapper
 from strategies.records import array_record, from_numpy, number, to_numpy
-from strategies.wrapper import ClippingWrapper
 
 ONE_CLIENT = 0  # the client whose personalized noise the pdp-one-client-noise-div-10 bug shrinks
 

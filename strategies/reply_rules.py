@@ -32,7 +32,6 @@ from dataclasses import dataclass, field
 import numpy as np
 from flwr.app import ArrayRecord, Message
 
-from strategies.layer import Layer, layers
 from strategies.records import CLIENT_PREFIX, number
 
 #: The largest ``num-examples`` accepted when the study gives no tighter bound (2^31 - 1).
@@ -251,13 +250,6 @@ def reply_problem(sent: Message, reply: Message, planned: tuple[int, ...], array
     if rules.content_check is not None:
         return rules.content_check(reply, planned)
     return None
-
-
-def set_reply_rules(strategy: object, rules: ReplyRules) -> None:
-    """Give ``rules`` to ``strategy`` and every layer it wraps (strategies.layer.layers)."""
-    for layer in layers(strategy):
-        if isinstance(layer, Layer):
-            layer.reply_rules = rules
 
 
 def _number_problem(name: str, value: object) -> str | None:

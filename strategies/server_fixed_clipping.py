@@ -42,9 +42,9 @@ from privacy.audit.client_level import float_keys
 from privacy.faults import WRONG_COHORT_FACTOR, noise_divisor
 from privacy.mechanisms import gaussian_noise_like, global_l2_norm
 from strategies.canaries import mix_into_weighted_mean, real_weight
+from strategies.clipping_wrapper import ClippingWrapper
 from strategies.flwr_adapter import flower_clip_model_update, flower_stdv
 from strategies.records import array_record, from_numpy, to_numpy
-from strategies.wrapper import ClippingWrapper
 
 
 def clip_model_update(params: list[np.ndarray], current: list[np.ndarray], clipping_norm: float,

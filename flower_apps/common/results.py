@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -75,9 +76,13 @@ def run_identity(cfg: Any, *, with_output: bool = False) -> dict[str, Any]:
     ``with_output``: also results-dir and run-name, as every run hash held them before 2026-12-01 (see
     :func:`run_hashes`).
     """
-    from flower_apps.config import key_table_of
-
-    return key_table_of(cfg).identity(cfg, with_output=with_output)
+    # The class's key table, read without importing flower_apps.config (which imports this module):
+    # flower_apps.config.key_table_of says the same, for callers above both.
+    table = getattr(type(cfg), "key_table", None)
+    if table is None or not hasattr(table, "identity") or not dataclasses.is_dataclass(cfg):
+        raise TypeError(f"{type(cfg).__name__} is not a config class of a key table: derive it with "
+                        "KEYS.config_class (its keys say what is in the run's identity)")
+    return table.identity(cfg, with_output=with_output)
 
 
 def run_hash(cfg: Any) -> str:

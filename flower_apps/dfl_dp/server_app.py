@@ -38,11 +38,12 @@ from privacy.accounting import account
 from privacy.audit import ReleaseObserver, auditor_generator, flat_params, make_canaries
 from privacy.randomness import NoiseSource
 from strategies.cohorts import config_record, round_problems, wait_for_nodes
+from strategies.layer import set_reply_rules
 from strategies.matched_perturbation import MatchedPerturbation
 from strategies.observer import RoundObserver
 from strategies.records import to_numpy
 from strategies.registry import build_strategy
-from strategies.reply_rules import ReplyRules, set_reply_rules
+from strategies.reply_rules import ReplyRules
 
 log = logging.getLogger("flwr")
 

@@ -50,13 +50,14 @@ from privacy.personalized import aggregate_sigma, gdp_sigma
 from privacy.randomness import STREAM_TABULAR_SERVER, NoiseSource
 from privacy.tabular_accounting import client_budgets
 from strategies.base import FastGrid
+from strategies.clipping_wrapper import ClippingWrapper
 from strategies.cohorts import round_problems, wait_for_nodes
 from strategies.drift_guard import DriftGuard
+from strategies.layer import set_reply_rules
 from strategies.personalized_clipping import PersonalizedServerSideClipping
 from strategies.records import from_numpy, to_numpy
-from strategies.reply_rules import ReplyRules, set_reply_rules
+from strategies.reply_rules import ReplyRules
 from strategies.server_fixed_clipping import ServerSideFixedClipping
-from strategies.wrapper import ClippingWrapper
 
 log = logging.getLogger("flwr")
 SETTING_CODE = {"vanilla": 0, "gdp": 1, "pdp": 2}

@@ -10,11 +10,12 @@ from privacy.audit.canaries import make_canaries
 from strategies.canaries import CanaryInsertion
 from strategies.fedavg_equal import EqualWeightFedAvg, equal_weight_mean
 from strategies.fedavg_examples import ExampleWeightedFedAvg, example_weighted_mean
+from strategies.layer import set_reply_rules
 from strategies.matched_perturbation import MatchedPerturbation
 from strategies.observer import RoundObserver
 from strategies.records import client_key, from_numpy, to_numpy
 from strategies.registry import FRAMEWORKS, build_strategy, supports_dp
-from strategies.reply_rules import ReplyRules, set_reply_rules
+from strategies.reply_rules import ReplyRules
 
 SHAPES = {"w": (2, 3), "b": (3,)}
 

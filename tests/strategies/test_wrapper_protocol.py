@@ -25,13 +25,13 @@ from strategies.drift_guard import DriftGuard
 from strategies.fedavg_equal import EqualWeightFedAvg
 from strategies.fedavg_examples import ExampleWeightedFedAvg
 from strategies.fixed_cohort import FixedCohort
-from strategies.layer import Layer, layer_of, layers
+from strategies.layer import Layer, layer_of, layers, set_reply_rules
 from strategies.matched_perturbation import MatchedPerturbation
 from strategies.observer import RoundObserver
 from strategies.personalized_clipping import PersonalizedServerSideClipping
 from strategies.records import client_key, from_numpy
 from strategies.registry import build_strategy
-from strategies.reply_rules import ReplyRules, set_reply_rules
+from strategies.reply_rules import ReplyRules
 from strategies.resume import _FromRound
 from strategies.sequential import RelayGrid, SequentialDFL
 from strategies.server_fixed_clipping import ServerSideFixedClipping
