@@ -1,7 +1,7 @@
 """The two ways to run a study give the same numbers: ``flwr run`` on a local SuperLink, and in-process.
 
-The slow test runs the dfl-dp smoke preset (DP with a local noise-seed file, so the noise repeats)
-and the tabular-pdp smoke preset through both engines, each client on 1 CPU, and compares every
+The slow test runs the dfl-dp and the tabular-pdp smoke presets (DP with a local noise-seed file, so
+the noise repeats) through both engines, each client on 1 CPU, and compares every
 number of their results bit for bit. The same ``flwr run`` logs show each Flower line once, and
 no process of the SuperLink outlives it. The fast tests pin the engine choice, the run keys a
 config travels as, and the one deprecation record the in-process adapter rewrites.
@@ -155,7 +155,7 @@ def test_both_engines_give_the_same_numbers_and_flwr_run_logs_each_line_once(tmp
     seed = tmp_path / "noise.seed"
     seed.write_text("a local secret for reproducible DP noise")
     runs = {"dfl-dp": dict(preset="smoke", **{"num-rounds": 1, "noise-seed-file": str(seed)}),
-            "tabular-pdp": dict(preset="smoke")}
+            "tabular-pdp": dict(preset="smoke", **{"noise-seed-file": str(seed)})}
     summaries: dict[str, dict] = {"inprocess": {}, "superlink": {}}
     capfd.readouterr()
     for study, keys in runs.items():
@@ -198,6 +198,7 @@ def test_both_engines_give_the_same_numbers_and_flwr_run_logs_each_line_once(tmp
         assert _numbers(as_json) == _numbers(summaries["superlink"][study])
     dfl = summaries["superlink"]["dfl-dp"]
     assert dfl["noise_mode"] == "seeded" and dfl["dp"]
+    assert summaries["superlink"]["tabular-pdp"]["noise_mode"] == "seeded"
 
     # under flwr run each Flower line is printed once (issue 38 saw every line twice)
     lines = [ln for ln in streamed.splitlines() if "Starting Flower Simulation" in ln or "[ROUND 1/1]" in ln]
