@@ -36,12 +36,12 @@ from __future__ import annotations
 import logging
 import os
 
-from flwr.common.logger import LOGGER_NAME
 from flwr.serverapp import ServerApp
 from flwr.simulation import run_simulation
 
 from flower_apps.common.logs import flower_logs_once
 from flower_apps.router import make_client_app
+from strategies.flwr_adapter import flower_logger_name
 
 #: the start of the message flwr 1.42's run_simulation passes to warn_deprecated_feature
 DEPRECATION = "The `run_simulation` function is deprecated"
@@ -80,7 +80,7 @@ def simulate(server_app: ServerApp, num_supernodes: int, num_cpus: float = 1, nu
     attaches to a Ray cluster: ``deploy.ray_cluster.cluster_backend_config``).
     Each Flower log line is printed once (:func:`flower_apps.common.logs.flower_logs_once`).
     """
-    logger = logging.getLogger(LOGGER_NAME)
+    logger = logging.getLogger(flower_logger_name())
     notice = RunSimulationDeprecation()
     logger.addFilter(notice)
     try:

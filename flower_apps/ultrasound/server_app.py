@@ -245,7 +245,9 @@ def _federated(grid: Grid, cfg: UltrasoundConfig, model, initial: ArrayRecord, d
             last["t"] = time.perf_counter()
             return MetricRecord({"test-accuracy": test["accuracy"]})
         val = evaluate(model, data.x["val"], data.y["val"], device)
-        cm = list(strategy.client_metrics.get(server_round, {}).values())
+        # by client id, not reply arrival order: the mean train loss is then the same float every run (the
+        # arrival order moved its last bit between runs of one seed)
+        cm = [m for _, m in sorted(strategy.client_metrics.get(server_round, {}).items())]
         now = time.perf_counter()
         round_seconds.append(now - last["t"])
         last["t"] = now
@@ -274,7 +276,7 @@ def _federated(grid: Grid, cfg: UltrasoundConfig, model, initial: ArrayRecord, d
     save_state_dict(model, run_dir(cfg) / "final_model.pt")
     final = evaluate(model, data.x["test"], data.y["test"], device)
     ledgers: dict[int, DpSgdLedger] = {k: DpSgdLedger() for k in range(cfg.num_clients)}
-    all_rows = [m for r in sorted(strategy.client_metrics) for m in strategy.client_metrics[r].values()]
+    all_rows = [m for r in sorted(strategy.client_metrics) for _, m in sorted(strategy.client_metrics[r].items())]
     if cfg.dp_sgd:
         for m in all_rows:
             ledgers[int(m["client-id"])].record(m["noise-multiplier"], m["sample-rate"], int(m["steps"]))

@@ -62,7 +62,9 @@ def test_in_a_fresh_process_with_opacus_imported_a_line_is_printed_once():
     import subprocess
     import sys
 
-    code = ("import logging, opacus, privacy.dpsgd\n"  # plain opacus import: its module_utils calls basicConfig
+    # plain opacus import: its module_utils calls basicConfig; flwr.serverapp (as in every run) sets up Flower's
+    # logger (strategies.flwr_adapter reads its name lazily, so flower_apps.common.logs alone does not)
+    code = ("import logging, opacus, flwr.serverapp, privacy.dpsgd\n"
             "from flower_apps.common.logs import flower_logs_once\n"
             "log = logging.getLogger('flwr')\n"
             "log.info('line A')\n"
