@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
+from typing import Any, cast
 
 import torch
 from timm.layers import GroupNormAct
@@ -34,7 +35,7 @@ from privacy.dpsgd.samplers import (
 )
 
 ClippedSum = Callable[[torch.Tensor], dict[nn.Parameter, torch.Tensor]]
-BookSampler = Callable[[nn.Module, list[torch.Tensor], torch.Tensor],
+BookSampler = Callable[[Any, list[torch.Tensor], torch.Tensor],  # layer: Any, as for samplers.Sampler
                        tuple[dict[nn.Parameter, torch.Tensor], ClippedSum]]
 
 
@@ -78,7 +79,7 @@ def linear_norm_sample(layer: nn.Linear, activations: list[torch.Tensor],
             sq = (torch.bmm(g, g.transpose(1, 2)) * torch.bmm(a, a.transpose(1, 2))).flatten(1).sum(1)
         else:
             sq = torch.bmm(g.transpose(1, 2), a).flatten(1).square().sum(1)
-        ret[layer.weight] = sq.clamp(min=0).sqrt()
+        ret[cast(nn.Parameter, layer.weight)] = sq.clamp(min=0).sqrt()
     if layer.bias is not None and layer.bias.requires_grad:
         ret[layer.bias] = g.sum(1).norm(2, dim=1)
     return ret
@@ -91,9 +92,9 @@ def linear_book_sample(layer: nn.Linear, activations: list[torch.Tensor], backpr
 
     def clipped_sum(coef: torch.Tensor) -> dict[nn.Parameter, torch.Tensor]:
         gc = _scaled(backprops, coef).reshape(-1, layer.out_features)
-        ret = {}
+        ret: dict[nn.Parameter, torch.Tensor] = {}
         if layer.weight.requires_grad:
-            ret[layer.weight] = gc.t() @ a.reshape(-1, layer.in_features)
+            ret[cast(nn.Parameter, layer.weight)] = gc.t() @ a.reshape(-1, layer.in_features)
         if layer.bias is not None and layer.bias.requires_grad:
             ret[layer.bias] = gc.sum(0)
         return ret
@@ -125,11 +126,11 @@ def conv2d_book_sample(layer: nn.Conv2d, activations: list[torch.Tensor], backpr
             _scaled(backprops, coef), x, layer.weight.detach(), [o] if has_bias else None, list(layer.stride),
             list(layer.padding), list(layer.dilation), False, [0, 0], layer.groups,
             [False, layer.weight.requires_grad, has_bias])
-        ret = {}
+        ret: dict[nn.Parameter, torch.Tensor] = {}
         if layer.weight.requires_grad:
-            ret[layer.weight] = gw
+            ret[cast(nn.Parameter, layer.weight)] = gw
         if has_bias:
-            ret[layer.bias] = gb
+            ret[cast(nn.Parameter, layer.bias)] = gb
         return ret
     return norms, clipped_sum
 

@@ -18,9 +18,15 @@ and a run without canaries never builds this class (same optimizer, same draws, 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 import torch
+
+if TYPE_CHECKING:  # the mixin's methods run on an Opacus DP optimizer (its params, its add_noise)
+    from opacus.optimizers import DPOptimizer as _OptimizerBase
+else:
+    _OptimizerBase = object
 
 
 class GradientCanaries:
@@ -85,20 +91,20 @@ class GradientCanaries:
         """Before the noise: draw this step's sampled canaries; add C e_j to the clipped sum for the inserted ones."""
         if self._param is None:
             raise RuntimeError("GradientCanaries.bind() must run before the first step")
-        self._mask = self._steps_rng.random(self.m) < self.sample_rate
+        self._mask = self._steps_rng.random(self.m) < cast(float, self.sample_rate)  # set by bind() with _param
         for j in np.flatnonzero(self._mask & self.included):
             with torch.no_grad():
-                self._flat(params[self._param[j]].summed_grad)[int(self._offset[j])] += self.clip_norm
+                self._flat(params[self._param[j]].summed_grad)[int(cast(np.ndarray, self._offset)[j])] += self.clip_norm
 
     def observe(self, params: Sequence[torch.Tensor]) -> None:
         """After the noise: the privatized sum's coordinate along each canary (what the white-box auditor sees)."""
         if self._mask is None:
             raise RuntimeError("observe() without insert(): the optimizer skipped the canaries")
         row = np.empty(self.m)
-        for i in np.unique(self._param):
+        for i in np.unique(cast(np.ndarray, self._param)):  # insert() ran: bind() set _param and _offset
             sel = np.flatnonzero(self._param == i)
-            flat = params[int(i)].grad.detach().reshape(-1)
-            row[sel] = flat[torch.from_numpy(self._offset[sel])].double().cpu().numpy()
+            flat = cast(torch.Tensor, params[int(i)].grad).detach().reshape(-1)  # the optimizer set p.grad
+            row[sel] = flat[torch.from_numpy(cast(np.ndarray, self._offset)[sel])].double().cpu().numpy()
         self.projections.append(row)
         self.sampled.append(self._mask)
         self._mask = None
@@ -108,7 +114,7 @@ class GradientCanaries:
         return len(self.projections)
 
 
-class _CanaryOptimizer:
+class _CanaryOptimizer(_OptimizerBase):
     """Mixin over an Opacus DP optimizer: canaries into the clipped sum before its noise, observed after it."""
 
     gradient_canaries: GradientCanaries

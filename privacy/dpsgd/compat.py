@@ -23,7 +23,9 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from typing import Any, cast
 
 import torch
 from timm.models.vision_transformer import VisionTransformer
@@ -162,7 +164,7 @@ def train_last_groups(model: nn.Module, num_groups: int) -> ModelChange:
         raise ValueError(f"num_groups must be >= 1, got {num_groups}")
     if not hasattr(model, "group_matcher"):
         raise ValueError(f"{type(model).__name__} has no timm group_matcher; cannot select its last layers")
-    groups = group_parameters(model, model.group_matcher(coarse=False))
+    groups = group_parameters(model, cast(Callable[..., Any], model.group_matcher)(coarse=False))
     order = sorted(groups)
     keep = {n for g in order[-num_groups:] for n in groups[g]}
     for n, p in model.named_parameters():
@@ -225,7 +227,7 @@ def make_opacus_compatible(model: nn.Module, bn: str = "groupnorm") -> tuple[nn.
     n_inplace = 0
     for m in model.modules():
         if getattr(m, "inplace", False) is True:
-            m.inplace = False
+            cast(Any, m).inplace = False  # a plain attribute (nn.Module's __setattr__ is typed for Tensor | Module)
             n_inplace += 1
     if n_inplace:
         changes.append(ModelChange("*", f"{n_inplace} in-place activations", "out-of-place",

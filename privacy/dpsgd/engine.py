@@ -11,8 +11,9 @@ and no other. The engine's accountant is left out on purpose: epsilon comes from
 from __future__ import annotations
 
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Protocol, cast
 
 import torch
 from opacus.optimizers import DPOptimizerFastGradientClipping
@@ -31,6 +32,33 @@ from privacy.dpsgd.opacus_adapter import (
 from privacy.randomness import STREAM_DPSGD, NoiseSource
 
 GRAD_SAMPLE_MODES = ("hooks", "functorch", "ew", "ghost")
+
+
+class DPOptimizerLike(Protocol):
+    """What Opacus' DP optimizer adds to the torch optimizer it wraps (for the type checker: Opacus ships no types)."""
+
+    params: list[nn.Parameter]
+    original_optimizer: torch.optim.Optimizer
+    expected_batch_size: int
+
+    def pre_step(self, closure: Callable[[], float] | None = None) -> bool: ...
+    def zero_grad(self, set_to_none: bool = True) -> None: ...
+
+
+class _CanaryOptimizerLike(DPOptimizerLike, Protocol):
+    gradient_canaries: GradientCanaries
+
+
+class _GhostClippingModuleLike(Protocol):
+    """The methods of Opacus' ghost-clipping module (and :class:`FastGhostClippingModule`) used here."""
+
+    def book_keeping_supported(self) -> bool: ...
+    def start_book_keeping(self) -> None: ...
+    def abort_book_keeping(self) -> None: ...
+    def add_clipped_grads(self, coef: torch.Tensor) -> None: ...
+    def get_clipping_coef(self) -> torch.Tensor: ...
+    def disable_hooks(self) -> None: ...
+    def enable_hooks(self) -> None: ...
 
 
 class CopyFreeFastGradientClippingOptimizer(DPOptimizerFastGradientClipping):
@@ -188,8 +216,8 @@ def make_private(model: nn.Module, optimizer: torch.optim.Optimizer, num_samples
     # Opacus sets q = 1 / len(loader) = 1 / ceil(n / B) (not B / n) and 1 / q steps per epoch.
     rate = float(getattr(dl, "sample_rate", 1.0 / len(loader)))
     if gradient_canaries is not None:
-        gradient_canaries.bind(optimizer.params, rate)  # canaries sampled at the loader's Poisson rate q
-        optimizer.gradient_canaries = gradient_canaries
+        gradient_canaries.bind(cast(DPOptimizerLike, optimizer).params, rate)  # sampled at the loader's rate q
+        cast(_CanaryOptimizerLike, optimizer).gradient_canaries = gradient_canaries
     return PrivateTraining(wrapped, optimizer, dl, criterion, rate)
 
 
@@ -240,25 +268,26 @@ def ghost_clipping_backward(model: nn.Module, loss_per_sample: torch.Tensor,
     targets = [inputs] if isinstance(inputs, torch.Tensor) else list(inputs)
     if not targets or not all(t.requires_grad for t in targets):
         raise ValueError("ghost_clipping_backward: inputs must require grad")
+    ghost = cast(_GhostClippingModuleLike, model)  # the same object, typed (nn.Module.__getattr__ says Tensor | Module)
     book = (book_keeping and len(loss_per_sample) > 0 and hasattr(model, "start_book_keeping")
-            and model.book_keeping_supported())
+            and ghost.book_keeping_supported())
     if book:
-        model.start_book_keeping()
+        ghost.start_book_keeping()
     try:  # the module uses loss_reduction="mean"
         torch.autograd.grad(loss_per_sample.mean(), targets, retain_graph=not book, allow_unused=True)
-        coeff = model.get_clipping_coef().to(loss_per_sample.device)
+        coeff = ghost.get_clipping_coef().to(loss_per_sample.device)
     except BaseException:
         if book:
-            model.abort_book_keeping()  # nothing half-kept survives into a later step
+            ghost.abort_book_keeping()  # nothing half-kept survives into a later step
         raise
     if book:
-        model.add_clipped_grads(coeff)
+        ghost.add_clipped_grads(coeff)
         return
-    model.disable_hooks()
+    ghost.disable_hooks()
     try:
         (coeff * loss_per_sample).sum().backward()
     finally:
-        model.enable_hooks()
+        ghost.enable_hooks()
 
 
 def unwrap(model: nn.Module) -> nn.Module:

@@ -17,6 +17,8 @@ pins the Opacus sources it mirrors.
 from __future__ import annotations
 
 from collections import ChainMap
+from collections.abc import MutableMapping
+from typing import cast
 
 import torch
 from opacus.grad_sample import GradSampleModule, GradSampleModuleFastGradientClipping, prepare_module
@@ -37,7 +39,10 @@ from privacy.dpsgd.opacus_adapter import (
     store_grad_sample,
     wrapped_module,
 )
-from privacy.dpsgd.samplers import FAST_GRAD_SAMPLERS, FAST_NORM_SAMPLERS
+from privacy.dpsgd.samplers import FAST_GRAD_SAMPLERS, FAST_NORM_SAMPLERS, Sampler
+
+# ChainMap is typed over mutable maps; the chains below are only read (our read-only maps come first)
+_Samplers = MutableMapping[type[nn.Module], Sampler]
 
 __all__ = ["FastGhostClippingModule", "FastGradSampleModule", "grad_sample_module", "store_grad_sample"]
 
@@ -45,7 +50,7 @@ __all__ = ["FastGhostClippingModule", "FastGradSampleModule", "grad_sample_modul
 class FastGradSampleModule(GradSampleModule):
     """Opacus' ``GradSampleModule`` (modes "hooks" and "functorch") with the fast samplers for this model."""
 
-    GRAD_SAMPLERS = ChainMap(FAST_GRAD_SAMPLERS, GradSampleModule.GRAD_SAMPLERS)
+    GRAD_SAMPLERS = ChainMap(cast(_Samplers, FAST_GRAD_SAMPLERS), GradSampleModule.GRAD_SAMPLERS)
 
     def __init__(self, *args, **kwargs) -> None:
         require_opacus("FastGradSampleModule")
@@ -84,8 +89,8 @@ class FastGhostClippingModule(GradSampleModuleFastGradientClipping):
     :mod:`privacy.dpsgd.book_keeping` needs to form the clipped gradient sum without a second backward pass.
     """
 
-    GRAD_SAMPLERS = ChainMap(FAST_GRAD_SAMPLERS, GradSampleModuleFastGradientClipping.GRAD_SAMPLERS)
-    NORM_SAMPLERS = ChainMap(FAST_NORM_SAMPLERS, GradSampleModuleFastGradientClipping.NORM_SAMPLERS)
+    GRAD_SAMPLERS = ChainMap(cast(_Samplers, FAST_GRAD_SAMPLERS), GradSampleModuleFastGradientClipping.GRAD_SAMPLERS)
+    NORM_SAMPLERS = ChainMap(cast(_Samplers, FAST_NORM_SAMPLERS), GradSampleModuleFastGradientClipping.NORM_SAMPLERS)
     BOOK_SAMPLERS = BOOK_SAMPLERS
 
     _book: list[ClippedSum] | None = None

@@ -16,12 +16,19 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 from torch import nn
 
 from privacy.dpsgd.calibrate import sample_rate as poisson_rate
-from privacy.dpsgd.engine import GRAD_SAMPLE_MODES, ghost_clipping_backward, ghost_targets, make_private
+from privacy.dpsgd.engine import (
+    GRAD_SAMPLE_MODES,
+    DPOptimizerLike,
+    ghost_clipping_backward,
+    ghost_targets,
+    make_private,
+)
 from privacy.dpsgd.ledger import DpSgdLedger, rdp_epsilon
 from privacy.randomness import NoiseSource
 
@@ -144,17 +151,17 @@ def train_dp_sgd(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, batch_si
                   grad_sample_mode)
     n = len(x)
     q = poisson_rate(batch_size, n)
-    total_steps = steps if steps is not None else epochs * round(1 / q)
+    total_steps = steps if steps is not None else cast(int, epochs) * round(1 / q)  # _check_inputs: one is set
     loss_fn: Loss = loss if loss is not None else nn.CrossEntropyLoss(reduction="none")
     params = [p for p in model.parameters() if p.requires_grad]
-    base_opt = torch.optim.SGD(params, lr=lr) if optimizer is None else optimizer(params)
+    base_opt = torch.optim.SGD(params, lr=cast(float, lr)) if optimizer is None else optimizer(params)
     model.train()
     pt = make_private(model, base_opt, n, batch_size, noise_multiplier=noise_multiplier,  # sigma = 0 warns there
                       max_grad_norm=max_grad_norm, grad_sample_mode=grad_sample_mode, seed=seed,
                       poisson_sampling=True, noise=noise)
     if pt.sample_rate != q:  # the accountant must see the rate the loader samples with
         raise RuntimeError(f"make_private samples at q={pt.sample_rate}, expected {q}")
-    net, opt = pt.model, pt.optimizer
+    net, opt = pt.model, cast(DPOptimizerLike, pt.optimizer)  # Opacus' DP optimizer (make_private)
     device = next(model.parameters()).device
     ledger = DpSgdLedger()
     done = empty = seen = 0
@@ -194,7 +201,8 @@ def train_dp_sgd(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, batch_si
                     break
     finally:
         opt.zero_grad(set_to_none=True)
-        net.cleanup()  # Opacus' public teardown: hooks removed, grad_sample & co. deleted from the parameters
+        # Opacus' public teardown: hooks removed, grad_sample & co. deleted from the parameters
+        cast(Callable[[], None], net.cleanup)()
         for p in params:  # the DP optimizer's attribute, which that teardown leaves (set to None)
             if hasattr(p, "summed_grad"):
                 del p.summed_grad

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -28,7 +29,8 @@ from torch import nn
 
 from privacy.dpsgd.compat import PrefixTokenPosEmbed
 
-Sampler = Callable[[nn.Module, list[torch.Tensor], torch.Tensor], dict[nn.Parameter, torch.Tensor]]
+# the layer is Any: each sampler takes its own nn.Module subclass (a Callable is contravariant in its arguments)
+Sampler = Callable[[Any, list[torch.Tensor], torch.Tensor], dict[nn.Parameter, torch.Tensor]]
 
 
 def conv2d_grad_sample(layer: nn.Conv2d, activations: list[torch.Tensor],
@@ -54,7 +56,7 @@ def conv2d_grad_sample(layer: nn.Conv2d, activations: list[torch.Tensor],
     if layer.weight.requires_grad:
         if g == layer.in_channels and not pointwise and backprops[0, 0].numel() >= 16:
             # (tiny feature maps: oneDNN's grouped conv with n * C groups of 1x1 kernels is slow; matmul below)
-            ret[layer.weight] = _depthwise_grad_sample(layer, x, backprops)
+            ret[cast(nn.Parameter, layer.weight)] = _depthwise_grad_sample(layer, x, backprops)
         else:
             if pointwise:
                 cols = x.reshape(n, 1, layer.in_channels, -1)  # a 1x1 conv's unfold is the input itself
@@ -63,9 +65,10 @@ def conv2d_grad_sample(layer: nn.Conv2d, activations: list[torch.Tensor],
                                 dilation=layer.dilation)  # (n, C_in k^2, L)
                 cols = cols.view(n, g, -1, cols.shape[-1])
             grad_out = backprops.reshape(n, g, -1, cols.shape[-1])
-            ret[layer.weight] = torch.matmul(grad_out, cols.transpose(-1, -2)).reshape(n, *layer.weight.shape)
+            ret[cast(nn.Parameter, layer.weight)] = torch.matmul(grad_out, cols.transpose(-1, -2)).reshape(
+                n, *layer.weight.shape)
     if layer.bias is not None and layer.bias.requires_grad:
-        ret[layer.bias] = backprops.reshape(n, layer.out_channels, -1).sum(2)
+        ret[cast(nn.Parameter, layer.bias)] = backprops.reshape(n, layer.out_channels, -1).sum(2)
     return ret
 
 
@@ -73,7 +76,7 @@ def _depthwise_grad_sample(layer: nn.Conv2d, x: torch.Tensor, grad_out: torch.Te
     """Depthwise conv: dW[b, o, 0, i, j] = sum_hw dY[b, o, h, w] X_pad[b, o // m, h s + i d, w s + j d], computed as
     one grouped convolution of the padded inputs with the output gradients as kernels (dilation s, stride d)."""
     n, c, h, w = x.shape
-    ph, pw = layer.padding
+    ph, pw = cast(tuple[int, int], layer.padding)  # the caller excluded string paddings
     kh, kw = layer.kernel_size
     x_pad = F.pad(x, (pw, pw, ph, ph)).reshape(1, n * c, h + 2 * ph, w + 2 * pw)
     kernels = grad_out.reshape(n * layer.out_channels, 1, *grad_out.shape[2:])
@@ -90,7 +93,7 @@ def _act_grad(act: nn.Module, z: torch.Tensor, grad_y: torch.Tensor) -> torch.Te
     if type(act) is nn.ReLU6:
         return torch.ops.aten.hardtanh_backward(grad_y, z, 0.0, 6.0)
     with torch.enable_grad():
-        _, vjp = torch.func.vjp(act, z.detach())
+        _, vjp = cast(tuple[torch.Tensor, Callable[..., tuple[torch.Tensor, ...]]], torch.func.vjp(act, z.detach()))
         return vjp(grad_y)[0]
 
 
@@ -170,9 +173,9 @@ def conv2d_norm_sample(layer: nn.Conv2d, activations: list[torch.Tensor],
     if layer.weight.requires_grad:
         ggt = torch.bmm(grad_out.transpose(1, 2), grad_out)  # (n, L, L)
         aat = torch.bmm(cols.transpose(1, 2), cols)
-        ret[layer.weight] = (ggt * aat).flatten(1).sum(1).clamp(min=0).sqrt()
+        ret[cast(nn.Parameter, layer.weight)] = (ggt * aat).flatten(1).sum(1).clamp(min=0).sqrt()
     if layer.bias is not None and layer.bias.requires_grad:
-        ret[layer.bias] = grad_out.sum(2).norm(2, dim=1)
+        ret[cast(nn.Parameter, layer.bias)] = grad_out.sum(2).norm(2, dim=1)
     return ret
 
 
