@@ -20,7 +20,7 @@ ServerApp *object* built in the calling process against the Simulation Runtime:
   and notebooks): ``flwr run`` ships the FAB, whose router registers the built-in studies alone;
 * the test suite's end-to-end runs, many configs in one Ray start-up (a ``flwr run`` pays a
   ``flwr-simulation`` and a Ray start per run: ``benchmarks/engine_overhead.py`` measures it);
-* the sweeps' default, for now: :mod:`flower_apps.runner` says why (one server-side norm one ulp apart).
+* the sweeps' default, for now: :mod:`flower_apps.runner` says why (the SuperLink's per-run cost is unmeasured).
 
 ``tests/flower_apps/test_engines.py`` runs the same configs through both paths and compares their
 results bit for bit.

@@ -9,11 +9,11 @@ Two engines (:data:`ENGINES`), one choice per call:
   default (``$PPFL_ENGINE`` changes it), and what benchmarks, audit trials, studies registered in
   this process only and :func:`run_config_in_process` need.
 
-Both give the same models and summaries (tests/flower_apps/test_engines.py). Not yet the default
-for sweeps: one server-side diagnostic, dfl-dp's mean update norm (a BLAS dot product in the
-ServerApp's process), came out one ulp apart under ``flwr-simulation`` in 3 of 4 runs, and the same
-norm sets the clipping scale of an update above C; until that is explained, a kept grid resumed on
-the SuperLink could differ in the last bits from its in-process runs.
+Both give the same models, rounds and summaries, bit for bit (tests/flower_apps/test_engines.py).
+dfl-dp's mean update norm used to come out one ulp apart between them (it was summed in reply arrival
+order; strategies.matched_perturbation now sums it in client order). In-process is still the sweeps'
+default until the SuperLink's per-run cost (a ``flwr-simulation`` and a Ray start per run) is measured
+on a quiet machine (``benchmarks/engine_overhead.py``).
 """
 
 from __future__ import annotations

@@ -174,7 +174,10 @@ class MatchedPerturbation(StrategyWrapper):
         metrics["clip-count"] = clip_count
         metrics["clip-total"] = len(events)
         metrics["clip-fraction"] = clip_count / max(len(events), 1)
-        metrics["update-norm-mean"] = float(np.mean([e["norm"] for e in events])) if events else 0.0
+        # Summed in client order, not in the order the replies arrived (which varies run to run and moved the
+        # mean's last bit, e.g. between the in-process and the flwr-run engines); each norm is order-free.
+        norms = [e["norm"] for e in sorted(events, key=lambda e: str(e["who"]))]
+        metrics["update-norm-mean"] = float(np.mean(norms)) if norms else 0.0
         return from_numpy(noised), metrics
 
     def _clip_after_noise(self, noised: OrderedDict[str, np.ndarray]) -> OrderedDict[str, np.ndarray]:
