@@ -27,9 +27,11 @@ import tomllib
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import KW_ONLY, dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from flower_apps.errors import ConfigError  # re-exported: flower_apps.config.ConfigError, as always
+
+_C = TypeVar("_C")
 
 
 def need(cond: bool, key: str, msg: str) -> None:
@@ -423,7 +425,7 @@ class KeyTable:
                                       f"allowed with {other} {c[other]!r}: {toml_text(key.default)} (the default)")
         return out
 
-    def build(self, cls: type, c: dict[str, Any]):
+    def build(self, cls: type[_C], c: dict[str, Any]) -> _C:
         """The config dataclass ``cls`` from a flat run config: each field from the key that fills it."""
         values = self.check(c)
         names = {f.name for f in dataclasses.fields(cls)}
@@ -476,7 +478,47 @@ class KeyTable:
         cls.__doc__ = doc or f"One run of study {self.study!r}: a field per key of its table (KeyTable.config_class)."
         # Pickle finds the class where the study binds it: the calling module, under ``name``.
         cls.__module__ = sys._getframe(1).f_globals.get("__name__", __name__)
+        # What the type checker is shown (flower_apps.keys.render_fields writes it to <module>_fields.py)
+        fields = tuple(FieldSpec(key.field, _annotation(key), spec[2].default)
+                       for key, spec in zip(fields_of.values(), specs))
+        CONFIG_CLASSES.append(ConfigClass(cls, self, fields, names_run=not named_by_base))
         return cls
+
+
+@dataclass(frozen=True)
+class FieldSpec:
+    """One field of a derived config class: its name, its annotation as source text, its default."""
+
+    name: str
+    annotation: str
+    default: Any  # dataclasses.MISSING: none (the study's refinement refuses the key's default)
+
+
+@dataclass(frozen=True)
+class ConfigClass:
+    """A class made by :meth:`KeyTable.config_class`, with what its typed view needs."""
+
+    cls: type
+    table: KeyTable
+    fields: tuple[FieldSpec, ...]
+    names_run: bool  # config_class added ``default_run_name`` (the base does not define it)
+
+
+#: Every config class derived so far (``scripts/sync_run_keys.py`` writes the type checker's view of each).
+CONFIG_CLASSES: list[ConfigClass] = []
+
+
+def _annotation(key: Key) -> str:
+    """The field's type as source text: the ``parse`` function's declared return type where it converts."""
+    if key.many:
+        return "tuple[str, ...]"
+    if key.parse is not None:
+        ret = getattr(key.parse, "__annotations__", {}).get("return")
+        if ret is None:
+            raise TypeError(f"key {key.name}: its parse function {key.parse.__qualname__} declares no return type "
+                            "(the config field's type is read from it)")
+        return ret if isinstance(ret, str) else ret.__name__
+    return key.type.__name__
 
 
 def _field_default(key: Key) -> Any:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 import torch
 from flwr.app import Context, Message, MetricRecord, RecordDict
@@ -45,7 +46,10 @@ PRESETS = {"paper": {}, "smoke": {"dataset": "mnist-5k", "num-clients": 4, "num-
 
 #: One run's settings: a field per key of the table above (KeyTable.config_class); the run folder is
 #: ``<results-dir>/example-minimal/runs/<preset>_ex-eps-cal<value>_s<seed>`` unless ``run-name`` is set.
-ExampleConfig = KEYS.config_class("ExampleConfig", run_name=("ex-eps-cal",))
+if TYPE_CHECKING:  # the type checker's view of the derived class (scripts/sync_run_keys.py writes it)
+    from flower_apps.example_minimal_fields import ExampleConfigFields as ExampleConfig
+else:
+    ExampleConfig = KEYS.config_class("ExampleConfig", run_name=("ex-eps-cal",))
 
 
 def build_config(c: dict) -> ExampleConfig:

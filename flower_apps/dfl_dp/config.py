@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from flower_apps.config import check_study_fault, need
 from flower_apps.dfl_dp.study import ACTION, KEYS, STUDY  # noqa: F401  (ACTION, STUDY: re-exported)
@@ -23,7 +23,13 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
-class _DflDpRun:
+if TYPE_CHECKING:  # the fields KEYS.config_class derives, written out for the type checker
+    from flower_apps.dfl_dp.config_fields import DflDpConfigFields as _Fields
+else:
+    _Fields = object
+
+
+class _DflDpRun(_Fields):
     """What a dfl-dp run derives from its fields (one field per key of KEYS, flower_apps/dfl_dp/study.py)."""
 
     @property
@@ -45,8 +51,11 @@ class _DflDpRun:
                 f"_s{self.seed}{shadow}{audit}{fault}")
 
 
-DflDpConfig = KEYS.config_class("DflDpConfig", base=_DflDpRun,
-                                doc="Everything one dfl-dp run needs (a field per key); built by build_config.")
+if TYPE_CHECKING:
+    DflDpConfig = _DflDpRun
+else:
+    DflDpConfig = KEYS.config_class("DflDpConfig", base=_DflDpRun,
+                                    doc="Everything one dfl-dp run needs (a field per key); built by build_config.")
 
 
 def build_config(c: dict[str, Any]) -> DflDpConfig:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from datasets.cancer import COUNTRY_COUNTS
 from flower_apps.config import ConfigError, check_study_fault, need
@@ -19,7 +19,13 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
-class _TabularPdpRun:
+if TYPE_CHECKING:  # the fields KEYS.config_class derives, written out for the type checker
+    from flower_apps.tabular_pdp.config_fields import TabularPdpConfigFields as _Fields
+else:
+    _Fields = object
+
+
+class _TabularPdpRun(_Fields):
     """What a tabular-pdp run derives from its fields (one field per key of KEYS, flower_apps/tabular_pdp/study.py)."""
 
     @property
@@ -33,9 +39,12 @@ class _TabularPdpRun:
                 f"{audit}{fault}")
 
 
-TabularPdpConfig = KEYS.config_class("TabularPdpConfig", base=_TabularPdpRun,
-                                     doc="Everything one tabular-pdp run needs (a field per key); built by "
-                                         "build_config.")
+if TYPE_CHECKING:
+    TabularPdpConfig = _TabularPdpRun
+else:
+    TabularPdpConfig = KEYS.config_class("TabularPdpConfig", base=_TabularPdpRun,
+                                         doc="Everything one tabular-pdp run needs (a field per key); built by "
+                                             "build_config.")
 
 
 def build_config(c: dict[str, Any]) -> TabularPdpConfig:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from flower_apps.config import ConfigError, check_study_fault, need
 from flower_apps.ultrasound.models import check_image_size, find_local_weights
@@ -27,7 +27,13 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
-class _UltrasoundRun:
+if TYPE_CHECKING:  # the fields KEYS.config_class derives, written out for the type checker
+    from flower_apps.ultrasound.config_fields import UltrasoundConfigFields as _Fields
+else:
+    _Fields = object
+
+
+class _UltrasoundRun(_Fields):
     """What an ultrasound run derives from its fields (one field per key of KEYS, flower_apps/ultrasound/study.py).
 
     Its run identity is declared on the keys (study.py: ``in_run_hash``, ``hash_omit_when``,
@@ -59,8 +65,11 @@ class _UltrasoundRun:
                 f"{fault}")
 
 
-UltrasoundConfig = KEYS.config_class("UltrasoundConfig", base=_UltrasoundRun,
-                                     doc="Everything one ultrasound run needs (a field per key); built by build_config.")
+if TYPE_CHECKING:
+    UltrasoundConfig = _UltrasoundRun
+else:
+    UltrasoundConfig = KEYS.config_class("UltrasoundConfig", base=_UltrasoundRun,
+                                         doc="Everything one ultrasound run needs (a field per key); built by build_config.")
 
 
 def build_config(c: dict[str, Any]) -> UltrasoundConfig:

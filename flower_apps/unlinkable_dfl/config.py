@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from flower_apps.config import need
 from flower_apps.unlinkable_dfl.study import ACTION, KEYS, STUDY  # noqa: F401  (re-exported)
@@ -20,7 +20,13 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
-class _UdflRun:
+if TYPE_CHECKING:  # the fields KEYS.config_class derives, written out for the type checker
+    from flower_apps.unlinkable_dfl.config_fields import UdflConfigFields as _Fields
+else:
+    _Fields = object
+
+
+class _UdflRun(_Fields):
     """What an unlinkable-dfl run derives from its fields (one field per key of KEYS, flower_apps/unlinkable_dfl/study.py).
 
     ``num_nodes`` is num-clients, ``virtual_round_timeout`` is udfl-round-timeout (simulated network time per
@@ -57,8 +63,11 @@ class _UdflRun:
         return "_".join(parts)
 
 
-UdflConfig = KEYS.config_class("UdflConfig", base=_UdflRun,
-                               doc="Everything one unlinkable-dfl run needs (a field per key); built by build_config.")
+if TYPE_CHECKING:
+    UdflConfig = _UdflRun
+else:
+    UdflConfig = KEYS.config_class("UdflConfig", base=_UdflRun,
+                                   doc="Everything one unlinkable-dfl run needs (a field per key); built by build_config.")
 
 
 def build_config(c: dict[str, Any]) -> UdflConfig:
