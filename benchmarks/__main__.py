@@ -237,6 +237,26 @@ def markdown_block(rows: list[dict], info: dict[str, str], command: str, seconds
     ])
 
 
+KEPT = Path("results_bench")  # the measured rows and their block, kept in the repository
+
+
+def keep(rows: list[dict], info: dict[str, str], command: str, seconds: float, folder: Path) -> None:
+    """Keep what the README's block shows: the rows as measured (``benchmarks.json``) and the block itself
+    (``benchmarks.md``, rendered from that JSON; tests/benchmarks checks the two agree)."""
+    import json
+
+    folder.mkdir(parents=True, exist_ok=True)
+    data = {"machine": info, "command": command, "seconds": seconds, "rows": rows}
+    text = json.dumps(data, indent=1, sort_keys=True, default=lambda o: o.item() if hasattr(o, "item") else str(o))
+    write_atomic(folder / "benchmarks.json", text + "\n")
+    write_atomic(folder / "benchmarks.md", block_from_kept(json.loads(text)) + "\n")  # what was kept, rendered
+
+
+def block_from_kept(data: dict) -> str:
+    """README's benchmarks block from a kept ``benchmarks.json``."""
+    return markdown_block(data["rows"], data["machine"], data["command"], data["seconds"])
+
+
 def replace_block(text: str, block: str) -> str:
     """``text`` with what lies between the benchmark markers replaced by ``block``."""
     return doc_blocks.replace_block(text, block, START, END, "README")
@@ -252,6 +272,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--markdown", action="store_true", help="print Markdown with the machine it ran on")
     p.add_argument("--write-readme", action="store_true", help="replace README.md's benchmarks block (implies --markdown)")
     p.add_argument("--readme", type=Path, default=ROOT / "README.md")
+    p.add_argument("--kept", type=Path, default=ROOT / KEPT,
+                   help="with --write-readme: where the measured rows are kept (benchmarks.json) with the block "
+                        "(benchmarks.md) that python -m flower_apps.report --check compares README.md with")
     args = p.parse_args(argv)
     if args.list:
         for name, fn in BENCHMARKS.items():
@@ -268,8 +291,9 @@ def main(argv: list[str] | None = None) -> int:
         block = markdown_block(rows, info, command, seconds)
         print(block)
         if args.write_readme:
+            keep(rows, info, command, seconds, args.kept)
             write_atomic(args.readme, replace_block(args.readme.read_text(), block))
-            print(f"\n[benchmarks] wrote {args.readme}", file=sys.stderr)
+            print(f"\n[benchmarks] wrote {args.readme} and {args.kept}/benchmarks.{{json,md}}", file=sys.stderr)
     else:
         print("\n".join(table_lines(rows, markdown=False)))
         print(f"\n{info['cpu']}, {info['cores']} cores, load {info['load']} at start, {info['date']}, "

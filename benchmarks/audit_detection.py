@@ -289,20 +289,27 @@ def table(rate_rows: list[dict], markdown: bool = False) -> list[str]:
 DOC_START, DOC_END = "<!-- audit-detection:start -->", "<!-- audit-detection:end -->"
 
 
-def doc_block(path: Path, block: str, write: bool) -> int:
-    """Write ``block`` between the markers of ``path`` (atomic), or compare: 0 when equal/written, 1 when it differs."""
+def doc_block(path: Path, block: str, write: bool, kept: Path | None = None) -> int:
+    """Write ``block`` between the markers of ``path`` (atomic), or compare: 0 when equal/written, 1 when it differs.
+
+    ``kept``: the table also lives in this file beside the log (``detection.md``), which the platform's docs
+    check (``python -m flower_apps.report --check``) compares the document's block with.
+    """
     from benchmarks.doc_blocks import replace_block, write_atomic
 
     text = path.read_text()
     new = replace_block(text, block, DOC_START, DOC_END, str(path))
+    targets = [(path, text, new)]
+    if kept is not None:
+        targets.append((kept, kept.read_text() if kept.is_file() else "", block.strip() + "\n"))
+    stale = [(p, n) for p, old, n in targets if old != n]
     if write:
-        if new != text:
-            write_atomic(path, new)
+        for p, n in stale:
+            write_atomic(p, n)
         return 0
-    if new != text:
-        print(f"{path}: the audit-detection table differs from the log's; regenerate with --write-doc", file=sys.stderr)
-        return 1
-    return 0
+    for p, _ in stale:
+        print(f"{p}: the audit-detection table differs from the log's; regenerate with --write-doc", file=sys.stderr)
+    return 1 if stale else 0
 
 
 # --- python -m benchmarks --------------------------------------------------------------------------
@@ -360,7 +367,8 @@ def main(argv: list[str] | None = None) -> int:
         rr = rates(rows)
         print("\n".join(table(rr, a.markdown)))
         if a.write_doc or a.check_doc:
-            return doc_block(a.write_doc or a.check_doc, "\n".join(table(rr, markdown=True)), write=bool(a.write_doc))
+            return doc_block(a.write_doc or a.check_doc, "\n".join(table(rr, markdown=True)), write=bool(a.write_doc),
+                             kept=a.log.with_suffix(".md"))
         return 0 if all(r["met"] for r in rr) else 1
     if a.write_doc or a.check_doc:
         p.error("--write-doc / --check-doc need --report-only (no trial runs)")

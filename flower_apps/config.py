@@ -581,6 +581,10 @@ class StudySpec:
     card: Any = None  # flower_apps.common.report_card.CardSpec: the study's report card (python -m flower_apps.report)
     client_evaluate: Any = None  # "evaluate.<action>": score the received model (None: the study sends none)
     client_query: Any = None  # "query.<action>": report something, train nothing (node-data discovery, ...)
+    # Generated parts of README.md / docs (flower_apps.common.doc_blocks): block name -> render(root),
+    # value namespace -> values(root); a built-in study's docs.py BLOCKS / VALUES
+    doc_blocks: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    doc_values: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     def handlers(self) -> dict[str, Any]:
         """Flower message type (``train`` / ``evaluate`` / ``query``) -> the study's ClientApp handler."""

@@ -1,6 +1,9 @@
-"""One page with the privacy report card of every registered study that has finished runs.
+"""One page with the privacy report card of every registered study that has finished runs; and the check
+that every generated number in README.md and docs/ is what the kept run folders give.
 
     python -m flower_apps.report [--results-dir results] [--studies dfl-dp tabular-pdp ...]
+    python -m flower_apps.report --check        # exit 1 naming each generated block / value that differs
+    python -m flower_apps.report --write-docs   # rewrite them from the kept data (flower_apps.common.doc_blocks)
 
 The studies are the registered ones with a report card (``StudySpec.card``: a built-in study's
 ``card.py``, or ``register_study`` for any other). For each with finished runs under
@@ -14,6 +17,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from flower_apps.common import doc_blocks
 from flower_apps.common.report_card import write_card
 from flower_apps.common.results import atomic_write_text
 from flower_apps.studies import STUDIES
@@ -51,11 +55,33 @@ def write_page(results_dir: str | Path, studies: tuple[str, ...] | None = None) 
     return page, done
 
 
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def check_docs(root: Path, *, write: bool = False) -> int:
+    """``--check`` / ``--write-docs``: 0 when every generated part matches (or was rewritten), else 1."""
+    problems = doc_blocks.check(root, write=write)
+    for p in problems:
+        print(f"docs check: {p}")
+    if not problems:
+        n_docs = len(doc_blocks.documents(root))
+        print(f"docs check: {'rewrote' if write else 'every generated block and value matches its data in'} "
+              f"{n_docs} documents ({len(doc_blocks.BLOCKS)} blocks, {len(doc_blocks.VALUES)} value namespaces)")
+    return 1 if problems else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m flower_apps.report", description=__doc__.split("\n\n")[0])
     p.add_argument("--results-dir", default="results")
     p.add_argument("--studies", nargs="+", choices=carded_studies(), default=list(carded_studies()))
+    p.add_argument("--check", action="store_true",
+                   help="compare every generated block and value of README.md and docs/*.md with the kept data; "
+                        "exit 1 on any difference (no training; seconds)")
+    p.add_argument("--write-docs", action="store_true", help="rewrite the generated blocks and values from the kept data")
+    p.add_argument("--root", type=Path, default=ROOT, help="repository root (default: this checkout's)")
     args = p.parse_args(argv)
+    if args.check or args.write_docs:
+        return check_docs(args.root, write=args.write_docs)
     try:
         page, done = write_page(args.results_dir, tuple(args.studies))
     except FileNotFoundError as exc:

@@ -23,6 +23,8 @@ import importlib.util
 from collections.abc import Iterator
 from typing import Any
 
+from flower_apps.common.doc_blocks import BLOCKS as DOC_BLOCKS
+from flower_apps.common.doc_blocks import VALUES as DOC_VALUES
 from flower_apps.config import COMMON_KEYS, DECLARED, RUN_CONFIG_DEFAULTS, StudySpec
 
 BUILTIN = ("dfl_dp", "tabular_pdp", "ultrasound", "unlinkable_dfl")
@@ -50,6 +52,13 @@ def register_study(spec: StudySpec) -> None:
                              "declare it once (flower_apps.config.SHARED_KEYS) and list it in both studies")
     if spec.card is not None and getattr(spec.card, "study", spec.name) != spec.name:
         raise ValueError(f"study {spec.name!r} registers the report card of {spec.card.study!r}")
+    clash = sorted((set(spec.doc_blocks) & set(DOC_BLOCKS)) | (set(spec.doc_values) & set(DOC_VALUES)))
+    if clash:
+        raise ValueError(f"study {spec.name!r}: doc blocks / value namespaces {clash} are already registered")
+    for name, fn in spec.doc_blocks.items():
+        DOC_BLOCKS.register(name, fn)
+    for name, fn in spec.doc_values.items():
+        DOC_VALUES.register(name, fn)
     DECLARED.update({k.name: k for k in spec.keys.own})
     RUN_CONFIG_DEFAULTS.update({k.name: k.default for k in spec.keys.own})
     STUDIES[spec.name] = spec
@@ -59,12 +68,13 @@ def register_study(spec: StudySpec) -> None:
 def registered(spec: StudySpec) -> Iterator[StudySpec]:
     """Register ``spec`` for the duration (tests, notebooks): the registries are process-wide, and this
     restores them, keys included, on exit."""
-    saved = (dict(STUDIES), dict(DECLARED), dict(RUN_CONFIG_DEFAULTS))
+    live_maps: tuple[dict[str, Any], ...] = (STUDIES, DECLARED, RUN_CONFIG_DEFAULTS, DOC_BLOCKS, DOC_VALUES)
+    saved = tuple(dict(m) for m in live_maps)
     register_study(spec)
     try:
         yield spec
     finally:
-        for live, old in zip((STUDIES, DECLARED, RUN_CONFIG_DEFAULTS), saved):
+        for live, old in zip(live_maps, saved):
             live.clear()
             live.update(old)
 
@@ -77,9 +87,12 @@ def load_study(pkg: str) -> StudySpec:
     client_app = importlib.import_module(f"flower_apps.{pkg}.client_app")
     card = (importlib.import_module(f"flower_apps.{pkg}.card").CARD
             if importlib.util.find_spec(f"flower_apps.{pkg}.card") is not None else None)
+    docs = (importlib.import_module(f"flower_apps.{pkg}.docs")
+            if importlib.util.find_spec(f"flower_apps.{pkg}.docs") is not None else None)
     return StudySpec(study.STUDY, study.ACTION, study.KEYS, config.PRESETS, config.build_config,
                      server_app.server_main, client_app.train, nodes=getattr(config, "nodes_needed", None), card=card,
-                     client_evaluate=_handler(client_app, "evaluate"), client_query=_handler(client_app, "query"))
+                     client_evaluate=_handler(client_app, "evaluate"), client_query=_handler(client_app, "query"),
+                     doc_blocks=getattr(docs, "BLOCKS", {}), doc_values=getattr(docs, "VALUES", {}))
 
 
 def _handler(module: Any, kind: str) -> Any:

@@ -114,3 +114,27 @@ def test_exit_status_says_a_benchmark_did_not_run(monkeypatch, capsys):
     monkeypatch.setattr(bm, "BENCHMARKS", {"broken": boom})
     assert bm.main([]) == 1
     assert "broken: not run (RuntimeError: no GPU here)" in capsys.readouterr().out
+
+
+def test_the_kept_benchmark_block_is_its_kept_rows():
+    """results_bench/benchmarks.md (what README.md's block must equal: flower_apps.report --check) is the rendering
+    of the rows kept beside it; an edited row or block fails."""
+    import json
+
+    data = json.loads((REPO / "results_bench" / "benchmarks.json").read_text())
+    kept = (REPO / "results_bench" / "benchmarks.md").read_text()
+    assert kept == bm.block_from_kept(data) + "\n"
+    data["rows"][0]["value"] = (data["rows"][0]["value"] or 0) + 1.0
+    assert bm.block_from_kept(data) + "\n" != kept
+
+
+def test_write_readme_keeps_rows_and_block(tmp_path, monkeypatch):
+    import json
+
+    readme = tmp_path / "README.md"
+    readme.write_text(f"a\n{bm.START}\nold\n{bm.END}\nb\n")
+    monkeypatch.setattr(bm, "run_all", lambda names: ([row("m", 2.0, 1.0, None, 3.0, True, benchmark="x")], True))
+    assert bm.main(["--write-readme", "--readme", str(readme), "--kept", str(tmp_path / "kept")]) == 0
+    data = json.loads((tmp_path / "kept" / "benchmarks.json").read_text())
+    block = (tmp_path / "kept" / "benchmarks.md").read_text()
+    assert block == bm.block_from_kept(data) + "\n" and block.strip() in readme.read_text()
