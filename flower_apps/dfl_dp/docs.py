@@ -20,24 +20,27 @@ from flower_apps.dfl_dp.metrics import retention_and_degradation
 from flower_apps.dfl_dp.report import FW_LABEL, condition_of
 
 PROTOCOL = Path("results_protocol") / "dfl-dp"
+REDUCED = Path("results_reduced") / "dfl-dp"
+PAPER = Path("results_paper") / "dfl-dp" / "paper_table3.json"
 FRAMEWORKS = ("fl", "sequential-dfl")
 CONDITIONS = ("No-DP", "C=1, eps_cal=1", "C=1, eps_cal=2", "C=1, eps_cal=4")
 SHORT = {"No-DP": "nodp", "C=1, eps_cal=1": "eps1", "C=1, eps_cal=2": "eps2", "C=1, eps_cal=4": "eps4"}
 
 
-def protocol_runs(root: Path) -> dict[tuple[str, str], list[dict[str, Any]]]:
+def protocol_runs(root: Path, folder: Path = PROTOCOL,
+                  conditions: tuple[str, ...] = CONDITIONS) -> dict[tuple[str, str], list[dict[str, Any]]]:
     """(framework, condition) -> the cell's finished runs, by seed; each summary gets its ``rounds``."""
     out: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    paths = sorted((root / PROTOCOL / "runs").glob("*/summary.json"))
+    paths = sorted((root / folder / "runs").glob("*/summary.json"))
     if not paths:
-        raise FileNotFoundError(f"no kept runs under {PROTOCOL}/runs")
+        raise FileNotFoundError(f"no kept runs under {folder}/runs")
     for path in paths:
         s = dict(read_json(path))
         s["rounds"] = read_jsonl(path.parent / "rounds.jsonl")
         out.setdefault((s["framework"], condition_of(s)), []).append(s)
     for runs in out.values():
         runs.sort(key=lambda s: s["seed"])
-    missing = [(fw, c) for fw in FRAMEWORKS for c in CONDITIONS if (fw, c) not in out]
+    missing = [(fw, c) for fw in FRAMEWORKS for c in conditions if (fw, c) not in out]
     if missing:
         raise ValueError(f"protocol grid cells without runs: {missing}")
     return out
@@ -69,7 +72,7 @@ def _eps_text(s: dict[str, Any]) -> str:
 def protocol_table(root: Path) -> str:
     """README's protocol-grid table: each cell seed 0 / 1 / 2 (mean), the paper's printed cell beside it."""
     cells = protocol_runs(root)
-    paper = read_json(root / PROTOCOL / "paper_table3.json")
+    paper = read_json(root / PAPER)
     notes = read_json(root / PROTOCOL / "wall_notes.json")["notes"]
     head = ["framework", "condition", "final acc (%)", "best acc (%)", "rounds to 75%", "clipping frequency",
             "retention vs No-DP", "paper: final acc (%)", "paper's accuracies: retention (ours)", "eps_total", "wall"]
@@ -155,7 +158,7 @@ def protocol_values(root: Path) -> Mapping[str, str]:
     eps = [s["accounting"]["eps_total"] for cond in CONDITIONS[1:] for s in cells[("sequential-dfl", cond)]]
     out["sequential-dfl.eps_range"] = f"{min(eps):.1e}-{max(eps):.1e}".replace("e+0", "e")
     out["params"] = f"{params:,}"
-    paper = read_json(root / PROTOCOL / "paper_table3.json")["final_acc_pct"]
+    paper = read_json(root / PAPER)["final_acc_pct"]
     for fw, cells_fw in paper.items():  # our ratio of two accuracies the paper prints (it prints no retention)
         for cond, acc in cells_fw.items():
             if cond != "No-DP" and "No-DP" in cells_fw:
@@ -166,5 +169,76 @@ def protocol_values(root: Path) -> Mapping[str, str]:
     return out
 
 
-BLOCKS = {"dfl-dp-protocol-table": protocol_table}
-VALUES = {"dfl-dp-protocol": protocol_values}
+REDUCED_CONDITIONS = ("No-DP", "C=1, eps_cal=2", "C=1, eps_cal=4", "C=0.1, eps_cal=2", "C=0.1, eps_cal=4")
+
+
+def reduced_table(root: Path) -> str:
+    """README's reduced-grid table: final accuracy mean +- SD over the kept seeds beside the paper's (T = 100)."""
+    cells = protocol_runs(root, REDUCED, REDUCED_CONDITIONS)
+    paper = read_json(root / PAPER)
+    seeds = sorted({s["seed"] for runs in cells.values() for s in runs})
+    head = ["", "FL (ours, T=20)", "FL (paper, T=100)", "Seq. DFL (ours, T=20)", "Seq. DFL (paper, T=100)"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+
+    def ours(fw: str, cond: str) -> str:
+        vals = [100 * s["final_acc"] for s in cells[(fw, cond)]]
+        sd = statistics.stdev(vals) if len(vals) > 1 else math.nan
+        return f"{statistics.fmean(vals):.2f} +- {sd:.2f}"
+
+    def theirs(fw: str, cond: str) -> str:
+        if cond not in paper["final_acc_pct"][fw]:
+            return "printed, value not here" if cond in paper["printed_conditions"] else "not printed"
+        return f"{paper['final_acc_pct'][fw][cond]:.2f} +- {paper['final_acc_sd_pct'][fw][cond]:.2f}"
+
+    for cond in REDUCED_CONDITIONS:
+        lines.append(f"| {cond} | {ours('fl', cond)} | {theirs('fl', cond)} | {ours('sequential-dfl', cond)} | "
+                     f"{theirs('sequential-dfl', cond)} |")
+    quoted = paper["quoted_elsewhere"]
+
+    def r75(fw: str) -> str:
+        vals = [s["rounds_to_75"] for s in cells[(fw, "No-DP")]]
+        return "not reached" if all(v is None for v in vals) else " / ".join(
+            "not reached" if v is None else str(v) for v in vals)
+
+    def clip(fw: str) -> str:
+        vals = [s["clip_frequency_pct"] for cond in REDUCED_CONDITIONS if cond.startswith("C=0.1")
+                for s in cells[(fw, cond)]]
+        lo, hi = f"{min(vals):.0f}", f"{max(vals):.0f}"
+        return f"{lo if lo == hi else lo + '-' + hi}% of {cells[(fw, 'C=0.1, eps_cal=2')][0]['clip_unit']}"
+
+    lines.append(f"| rounds to 75% (No-DP, per seed) | {r75('fl')} | {quoted['rounds_to_75_nodp']['fl']} (quoted) | "
+                 f"{r75('sequential-dfl')} | {quoted['rounds_to_75_nodp']['sequential-dfl']} (quoted) |")
+    lines.append(f"| clipping at C=0.1 | {clip('fl')} | {quoted['clip_frequency_C0.1']['fl']} (quoted) | "
+                 f"{clip('sequential-dfl')} | {quoted['clip_frequency_C0.1']['sequential-dfl']} (quoted) |")
+    lines.append("")
+    lines.append(f"Seeds {', '.join(map(str, seeds))}; `results_reduced/dfl-dp/runs/` (kept).")
+    return "\n".join(lines)
+
+
+def reduced_values(root: Path) -> Mapping[str, str]:
+    """Values the README's prose about the reduced grid quotes (see :func:`protocol_values` for the keys)."""
+    cells = protocol_runs(root, REDUCED, REDUCED_CONDITIONS)
+    out: dict[str, str] = {}
+    any_run = next(iter(cells.values()))[0]
+    out["n_target_train"] = f"{any_run['n_target_train']:,}"
+    out["per_client"] = f"{any_run['n_target_train'] / any_run['num_clients']:.0f}"
+    for (fw, cond), runs in cells.items():
+        k = f"{fw}.{cond.replace('C=', 'C').replace(', eps_cal=', '_eps').replace('No-DP', 'nodp')}"
+        if runs[0]["dp"]:
+            out[f"{k}.eps"] = f"{runs[0]['accounting']['eps_total']:.3g}"
+            norms = [r["update_norm_mean"] for s in runs for r in s["rounds"]]
+            out[f"{k}.norm_mean"] = f"{statistics.fmean(norms):.2g}"
+    base = statistics.fmean(s["final_acc"] for s in cells[("sequential-dfl", "No-DP")])
+    rets = [100 * statistics.fmean(s["final_acc"] for s in runs) / base for (fw, cond), runs in cells.items()
+            if fw == "sequential-dfl" and cond != "No-DP"]
+    out["sequential-dfl.ret_range"] = f"{math.floor(min(rets))}-{math.floor(max(rets))}"
+    out["fl.nodp.final_mean0"] = f"{statistics.fmean(100 * s['final_acc'] for s in cells[('fl', 'No-DP')]):.0f}"
+    out["wall_min"] = f"{sum(s['wall_seconds'] for runs in cells.values() for s in runs) / 60:.0f}"
+    eps = [s["accounting"]["eps_total"] for (fw, cond), runs in cells.items() if fw == "sequential-dfl"
+           and cond != "No-DP" for s in runs[:1]]
+    out["sequential-dfl.eps_range"] = f"{min(eps):.0e}-{max(eps):.0e}".replace("e+0", "e")
+    return out
+
+
+BLOCKS = {"dfl-dp-protocol-table": protocol_table, "dfl-dp-reduced-table": reduced_table}
+VALUES = {"dfl-dp-protocol": protocol_values, "dfl-dp-reduced": reduced_values}

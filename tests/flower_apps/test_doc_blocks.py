@@ -34,6 +34,21 @@ def test_the_repository_documents_match_their_kept_data():
     assert problems == [], "\n".join(map(str, problems)) + "\n(regenerate: python -m flower_apps.report --write-docs)"
 
 
+def test_the_check_passes_on_what_a_clean_clone_holds(tmp_path: Path):
+    """Only files git keeps (tracked, or new and not ignored): a kept table under an ignored folder fails here."""
+    listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT, capture_output=True)
+    if listed.returncode != 0:
+        pytest.skip("not a git checkout: " + listed.stderr.decode(errors="replace").strip())
+    for name in listed.stdout.decode().split("\0"):
+        if name.endswith(".md") or name.startswith("results_"):
+            src = ROOT / name
+            if src.is_file():
+                (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy(src, tmp_path / name)
+    problems = doc_blocks.check(tmp_path)
+    assert problems == [], "\n".join(map(str, problems)) + "\n(is a kept file git-ignored? see .gitignore)"
+
+
 def test_the_command_passes_on_the_repository_and_runs_no_training():
     out = subprocess.run([sys.executable, "-m", "flower_apps.report", "--check"], cwd=ROOT, capture_output=True,
                          text=True, timeout=120)
