@@ -10,6 +10,7 @@ issue 39's reading of the paper), each under its own name. See :mod:`flower_apps
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -40,17 +41,42 @@ def _mean(runs: list[dict[str, Any]], key: str) -> float:
     return statistics.fmean(float(r[key]) for r in runs)
 
 
-def _pair(runs: list[dict[str, Any]], fmt: Callable[[str], str]) -> str:
+def _pair(fmt: Callable[[str], str]) -> str:
+    """One cell, topology-agnostic / topology-aware."""
     return " / ".join(fmt(adv) for adv in ADVERSARIES)
 
 
 def _bound(runs: list[dict[str, Any]], adv: str, bound: str, measured: str = "advantage", digits: int = 3) -> str:
     """Mean of a bound over seeds; bold when any seed's measured value exceeds that seed's bound."""
     vals = [(r[f"{adv}_{measured}"], r[f"{adv}_{bound}"]) for r in runs]
-    if any(b != b for _, b in vals):  # nan: the bound is not defined on any target of a seed
+    if any(math.isnan(b) for _, b in vals):  # the bound is not defined on any target of a seed
         return "-"
     text = f"{statistics.fmean(b for _, b in vals):.{digits}f}"
     return f"**{text}**" if any(a > b + 1e-9 for a, b in vals) else text
+
+
+def _on_them(runs: list[dict[str, Any]], adv: str) -> str:
+    """Measured advantage on the targets whose multiplicity gamma_T < 1, beside their mean gamma_T."""
+    if any(math.isnan(r[f"{adv}_trace_mult_informative_advantage"]) for r in runs):
+        return "-"
+    measured = f"{_mean(runs, f'{adv}_trace_mult_informative_advantage'):.3f}"
+    return f"{measured} vs {_bound(runs, adv, 'trace_mult_informative_bound', 'trace_mult_informative_advantage')}"
+
+
+def _row(label: str, runs: list[dict[str, Any]]) -> list[str]:
+    h = (f"{runs[0]['ideal_h_inf_bits']:.2f} / {_mean(runs, 'relay_h_inf_bits'):.2f} / "
+         f"{_mean(runs, 'aware_relay_h_inf_bits'):.2f}")
+    # at K = 1 no path crosses a relay: an ideal relay min-entropy has nothing to apply to
+    no_relay = runs[0]["mixnet"] and runs[0]["max_hops"] == 1
+    return [label, h, _pair(lambda a: f"{_mean(runs, f'{a}_advantage'):.3f}"),
+            _pair(lambda a: _bound(runs, a, "ideal_bound")),
+            _pair(lambda a: _bound(runs, a, "trace_bound")),
+            _pair(lambda a: _bound(runs, a, "trace_bound_c0.25")),
+            _pair(lambda a: f"{_mean(runs, f'{a}_trace_mult_trajectories'):.1f}"),
+            "n/a (no relay)" if no_relay else _pair(lambda a: _bound(runs, a, "ideal_mult_bound", digits=2)),
+            _pair(lambda a: _bound(runs, a, "trace_mult_bound", digits=2)),
+            _pair(lambda a: f"{_mean(runs, f'{a}_trace_mult_informative'):.2f}"),
+            _pair(lambda a: _on_them(runs, a))]
 
 
 def theory_table(root: Path) -> str:
@@ -60,29 +86,7 @@ def theory_table(root: Path) -> str:
             "mean \\|Gamma_T\\|", "multiplicity gamma_T, ideal H_inf", "multiplicity gamma_T, trace H_inf",
             "targets with multiplicity gamma_T < 1", "advantage on them vs their gamma_T"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for label, runs in linking_runs(root).items():
-        h = (f"{runs[0]['ideal_h_inf_bits']:.2f} / {_mean(runs, 'relay_h_inf_bits'):.2f} / "
-             f"{_mean(runs, 'aware_relay_h_inf_bits'):.2f}")
-
-        def on_them(adv: str) -> str:
-            if any(r[f"{adv}_trace_mult_informative_advantage"] != r[f"{adv}_trace_mult_informative_advantage"]
-                   for r in runs):
-                return "-"
-            adv_text = f"{_mean(runs, f'{adv}_trace_mult_informative_advantage'):.3f}"
-            return f"{adv_text} vs {_bound(runs, adv, 'trace_mult_informative_bound', 'trace_mult_informative_advantage')}"
-
-        cells = [label, h, _pair(runs, lambda a: f"{_mean(runs, f'{a}_advantage'):.3f}"),
-                 _pair(runs, lambda a: _bound(runs, a, "ideal_bound")),
-                 _pair(runs, lambda a: _bound(runs, a, "trace_bound")),
-                 _pair(runs, lambda a: _bound(runs, a, "trace_bound_c0.25")),
-                 _pair(runs, lambda a: f"{_mean(runs, f'{a}_trace_mult_trajectories'):.1f}"),
-                 # at K = 1 no path crosses a relay: an ideal relay min-entropy has nothing to apply to
-                 "n/a (no relay)" if runs[0]["mixnet"] and runs[0]["max_hops"] == 1 else
-                 _pair(runs, lambda a: _bound(runs, a, "ideal_mult_bound", digits=2)),
-                 _pair(runs, lambda a: _bound(runs, a, "trace_mult_bound", digits=2)),
-                 _pair(runs, lambda a: f"{_mean(runs, f'{a}_trace_mult_informative'):.2f}"),
-                 _pair(runs, on_them)]
-        lines.append("| " + " | ".join(cells) + " |")
+    lines += ["| " + " | ".join(_row(label, runs)) + " |" for label, runs in linking_runs(root).items()]
     return "\n".join(lines)
 
 

@@ -225,8 +225,10 @@ THEORY_C = 0.25  # our chain-following bound with colluding relays drawn at this
 
 def _within(runs: list[dict], adv: str, bound: str) -> str:
     """Every seed's measured advantage against its own bound ("-" when a seed lacks it; a violation shows)."""
-    pairs = [(r.get(adv), r.get(bound)) for r in runs]
-    if any(a is None or b is None or not np.isfinite(a) or not np.isfinite(b) for a, b in pairs):
+    if any(r.get(adv) is None or r.get(bound) is None for r in runs):
+        return "-"
+    pairs = [(float(r[adv]), float(r[bound])) for r in runs]
+    if not all(np.isfinite(a) and np.isfinite(b) for a, b in pairs):
         return "-"
     return "yes" if all(a <= b + 1e-9 for a, b in pairs) else "**NO**"
 
