@@ -6,9 +6,9 @@ fragment delivered to a receiver ``D``, optionally helped by a fraction ``c`` of
 collude with it. Payload content is out of scope (see the curious-recipient attack). Pure
 functions of numbers only; the trace-based inputs come from :func:`mixnet.metrics.relay_min_entropy`.
 
-**Whose formula.** The UnlinkableDFL paper (Feng et al., arXiv 2602.21343) states a Theorem 1
-and a Corollary 1 with a posterior min-entropy ``H_inf`` and a quantity ``gamma_T``; its
-statements could not be read here (only the paper's abstract and introduction are stored
+**Whose formula.** The UnlinkableDFL paper (Feng et al., arXiv 2602.21343) is said (issues 17,
+39) to state a Theorem 1 and a Corollary 1 with a posterior min-entropy ``H_inf`` and a quantity
+``gamma_T``; its statements could not be read here (only the paper's abstract and introduction are stored
 offline). The bound below is **the project's own**, the *chain-following bound*: it treats
 ``gamma_T`` as a probability (that of following the target's chain back to its origin). It
 is not the paper's Theorem 1 (issue 39 reads the paper's ``gamma_T`` as a multiplicity of

@@ -5,9 +5,9 @@ Whom this protects against: the same passive global network adversary as :mod:`m
 the sender of a fragment delivered to ``D``. Pure functions of numbers; the trajectory counts
 come from :func:`attacks.linking.trajectories.trajectory_counts`.
 
-**Provenance, stated plainly.** The UnlinkableDFL paper (Feng et al., arXiv 2602.21343) gives a
-Theorem 1 with a quantity ``gamma_T`` and a posterior min-entropy ``H_inf``; the statement itself
-could not be read here (only its abstract and introduction are stored offline). Issue 39 reads the
+**Provenance, stated plainly.** The UnlinkableDFL paper (Feng et al., arXiv 2602.21343) is said
+(issues 17, 39) to give a Theorem 1 with a quantity ``gamma_T`` and a posterior min-entropy
+``H_inf``; the statement itself could not be read here (only its abstract and introduction are stored offline). Issue 39 reads the
 paper's ``gamma_T`` as *a multiplicity of feasible trajectories times* ``2^-H_inf``, against our
 chain-following bound (:func:`mixnet.theory.chain_following_gamma`), where ``gamma_T`` is a
 probability. This module computes that reading from the trace, and only that:
