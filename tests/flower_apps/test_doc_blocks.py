@@ -112,3 +112,17 @@ def test_a_missing_kept_file_is_named(copy: Path):
     (copy / "results_audit").unlink()
     problems = [p for p in doc_blocks.check(copy) if p.name == "audit-detection"]
     assert problems and "results_audit/detection.md is missing" in problems[0].problem
+
+
+@pytest.mark.parametrize("document, marker", [
+    ("docs/tabular_pdp.md", "<!--v:tabular-pdp-reduced.det.fp-->"),
+    ("docs/tabular_pdp.md", "<!--v:tabular-pdp-reduced.e2.detected-->"),
+])
+def test_a_hand_edited_study_value_fails(copy: Path, document: str, marker: str):
+    doc = copy / document
+    text = doc.read_text()
+    assert marker in text
+    start = text.index(marker) + len(marker)
+    doc.write_text(text[:start] + "9/" + text[start:])
+    problems = doc_blocks.check(copy)
+    assert [(p.document, p.name) for p in problems] == [(document, marker[6:-3])]

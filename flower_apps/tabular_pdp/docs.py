@@ -1,0 +1,134 @@
+"""The tabular-pdp parts of docs/tabular_pdp.md generated from kept run folders (``python -m flower_apps.report --check``).
+
+Data (rerun 2026-12-07 under the current code, model weights removed):
+
+* ``results_reduced/tabular-pdp/``: ``python -m flower_apps.tabular_pdp.sweep`` (the reduced grid: 3 seeds x
+  vanilla / GDP / PDP, 5 rounds x 10 local epochs, C estimated; 3 poison kinds x 5 detection runs);
+* ``results_reduced/tabular-pdp-variants/c85/``: the same main runs with the paper's C = 8.5
+  (``--clip-norm 8.5 --drift-seeds 0``);
+* ``results_reduced/tabular-pdp-variants/e2/``: detection with a 2-local-epoch first round
+  (``--epochs 2 --seeds 0 --drift-seeds 5``);
+* ``results_reduced/tabular-pdp-real/``: ``python -m flower_apps.tabular_pdp.real_table`` on the real 50,000-row
+  partial file (``../shared/data/cancer``).
+
+The numbers are computed with the study's own report functions (:mod:`flower_apps.tabular_pdp.report`).
+See :mod:`flower_apps.common.doc_blocks`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from flower_apps.common.results import read_json
+from flower_apps.common.tables import seed_cell
+from flower_apps.tabular_pdp.report import PAPER_TABLE2, PAPER_TABLE3, load_summaries
+from privacy.drift import detection_rates
+
+REDUCED = Path("results_reduced")
+VARIANTS = REDUCED / "tabular-pdp-variants"
+REAL = REDUCED / "tabular-pdp-real" / "real_partial_anonymization.json"
+SETTINGS = ("vanilla", "gdp", "pdp")
+POISONS = ("flip-targets", "scale-features", "shift-targets")
+
+
+def _runs(root: Path, folder: Path) -> list[dict[str, Any]]:
+    runs = load_summaries(root / folder)
+    if not runs:
+        raise FileNotFoundError(f"no kept tabular-pdp runs under {folder}/tabular-pdp/runs")
+    return runs
+
+
+def _main_runs(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return sorted((s for s in runs if s["poison"] == "none" and s["settings"]), key=lambda s: s["seed"])
+
+
+def _span(values: list[float], fmt: str = "{:,.0f}") -> str:
+    lo, hi = min(values), max(values)
+    return fmt.format(lo) if fmt.format(lo) == fmt.format(hi) else f"{fmt.format(lo)}-{fmt.format(hi)}"
+
+
+def _setting_cells(runs: list[dict[str, Any]], name: str) -> dict[str, str]:
+    v = [s["settings"][name] for s in runs]
+    cells = {"MAE": seed_cell([x["final_mae"] for x in v], 3), "MRE": seed_cell([x["final_mre"] for x in v], 3)}
+    if name == "vanilla":
+        return {**cells, "release": "inf", "server": "inf"}
+    server = [a["eps_server_view_rdp"] for x in v for a in x["accounting"].values() if "eps_server_view_rdp" in a]
+    return {**cells, "release": _span([x["eps_rdp_min"] for x in v] + [x["eps_rdp_max"] for x in v]),
+            "server": _span(server) if server else "inf"}
+
+
+def table3(root: Path) -> str:
+    """Table III beside the paper's: the reduced grid (C estimated) and the paper's C = 8.5."""
+    main, c85 = _main_runs(_runs(root, REDUCED)), _main_runs(_runs(root, VARIANTS / "c85"))
+    c_est = float(np.mean([s["clip_norm"] for s in main]))
+    label = {"vanilla": "Vanilla FL", "gdp": f"FL + GDP (C = {c_est:.2f} est.)", "pdp": f"FL + PDP (C = {c_est:.2f} est.)"}
+    lines = ["| setting | MAE | MRE | paper MAE / MRE | eps (release) | eps (server view) |", "|---|---|---|---|---|---|"]
+    rows = [(label[n], _setting_cells(main, n), n) for n in SETTINGS]
+    rows += [(f"FL + {n.upper()}, paper's C = 8.5" + (" (`--clip-norm 8.5`)" if n == "gdp" else ""),
+              _setting_cells(c85, n), n) for n in ("gdp", "pdp")]
+    for text, c, n in rows:
+        paper = " / ".join(PAPER_TABLE3[n])
+        lines.append(f"| {text} | {c['MAE']} | {c['MRE']} | {paper} | {c['release']} | {c['server']} |")
+    return "\n".join(lines)
+
+
+def table2(root: Path) -> str:
+    """Anonymization beside the paper's Table II (identical in every run: the table is fixed)."""
+    first = _main_runs(_runs(root, REDUCED))[0]
+    harm = list(first["anonymization"].values())
+    real = read_json(root / REAL)
+    rr = real["rows"]
+    names = [q for q in real["quasi_identifiers"]]
+    lines = ["| | ours | paper |", "|---|---|---|",
+             f"| harmonized levels [Age, Gender, Year, Type] | {first['levels']} on all {len(harm)} clients | "
+             f"{PAPER_TABLE2['levels']} |",
+             f"| suppressed records per client | {_span([h['suppressed'] for h in harm])} "
+             f"(of {_span([h['n_original'] for h in harm])}) | - |",
+             f"| ARIREC per client | {_span([h['arirec'] for h in harm], '{:.4f}')} | "
+             "{:.4f}-{:.4f} |".format(*PAPER_TABLE2["arirec"]),
+             f"| t-closeness (raw score) | {_span([h['t'] for h in harm], '{:.3f}')} | "
+             "{:.2f}-{:.2f} |".format(*PAPER_TABLE2["t"]),
+             f"| k / l | {_span([h['k'] for h in harm], '{}')} / {_span([h['l'] for h in harm], '{}')} | - |",
+             f"| same on the real partial file (no Year) | levels {real['levels']} ({', '.join(names)}); ARIREC "
+             f"{_span([r['ARIREC'] for r in rr], '{:.3f}')}; t {_span([r['t'] for r in rr], '{:.2f}')} | - |"]
+    return "\n".join(lines)
+
+
+def _detection(runs: list[dict[str, Any]]) -> dict[str, str]:
+    out = {}
+    for kind in POISONS:
+        picked = [s for s in runs if s["poison"] == kind]
+        if picked:
+            r = detection_rates([s["drift"]["flagged"] for s in picked], [s["poisoned_client"] for s in picked],
+                                [s["drift"]["client_ids"] for s in picked])
+            out[kind] = f"{r['detections']}/{r['poisoned_runs']}"
+    everything = detection_rates([s["drift"]["flagged"] for s in runs], [s["poisoned_client"] for s in runs],
+                                 [s["drift"]["client_ids"] for s in runs])
+    out["fp"] = f"{everything['false_positives']}/{everything['honest_client_checks']}"
+    ratios = []  # how far each falsely flagged honest client's median divergence was from the median client's
+    for s in runs:
+        med = np.asarray(s["drift"]["median_divergence"])
+        ids = s["drift"]["client_ids"]
+        ratios += [med[ids.index(c)] / np.median(med) for c in s["drift"]["flagged"] if c != s["poisoned_client"]]
+    out["fp_ratio"] = ", ".join(f"{r:.2f}" for r in sorted(ratios)) or "-"
+    out["detected"] = f"{everything['detections']}/{everything['poisoned_runs']}"
+    return out
+
+
+def values(root: Path) -> Mapping[str, str]:
+    """Prose numbers: the estimated C, the vanilla cell of the C = 8.5 sweep, the drift detection counts."""
+    runs = _runs(root, REDUCED)
+    main, c85 = _main_runs(runs), _main_runs(_runs(root, VARIANTS / "c85"))
+    out = {"c_est": f"{np.mean([s['clip_norm'] for s in main]):.2f}",
+           "c85_vanilla_mae": seed_cell([s["settings"]["vanilla"]["final_mae"] for s in c85], 3).split(" [")[0]}
+    out.update({f"det.{k}": v for k, v in _detection(runs).items()})
+    out.update({f"e2.{k}": v for k, v in _detection(_runs(root, VARIANTS / "e2")).items()})
+    return out
+
+
+BLOCKS = {"tabular-pdp-table2": table2, "tabular-pdp-table3": table3}
+VALUES = {"tabular-pdp-reduced": values}
