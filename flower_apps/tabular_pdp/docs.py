@@ -8,6 +8,8 @@ Data (rerun 2026-12-07 under the current code, model weights removed):
   (``--clip-norm 8.5 --drift-seeds 0``);
 * ``results_reduced/tabular-pdp-variants/e2/``: detection with a 2-local-epoch first round
   (``--epochs 2 --seeds 0 --drift-seeds 5``);
+* ``results_reduced/tabular-pdp-audit/{n1,paper}/``: ``--grid smoke --audit --drift-seeds 0`` at
+  ``--noise-multiplier 1.0`` and at the paper's 0.05;
 * ``results_reduced/tabular-pdp-real/``: ``python -m flower_apps.tabular_pdp.real_table`` on the real 50,000-row
   partial file (``../shared/data/cancer``).
 
@@ -25,12 +27,14 @@ import numpy as np
 
 from flower_apps.common.results import read_json
 from flower_apps.common.tables import seed_cell
+from flower_apps.tabular_pdp.audit_report import setting_results
 from flower_apps.tabular_pdp.report import PAPER_TABLE2, PAPER_TABLE3, load_summaries
 from privacy.drift import detection_rates
 
 REDUCED = Path("results_reduced")
 VARIANTS = REDUCED / "tabular-pdp-variants"
 REAL = REDUCED / "tabular-pdp-real" / "real_partial_anonymization.json"
+AUDIT = REDUCED / "tabular-pdp-audit"  # smoke preset with --audit: n1/ at n_eps = 1, paper/ at the paper's 0.05
 SETTINGS = ("vanilla", "gdp", "pdp")
 POISONS = ("flip-targets", "scale-features", "shift-targets")
 
@@ -119,6 +123,67 @@ def _detection(runs: list[dict[str, Any]]) -> dict[str, str]:
     return out
 
 
+def _audits(root: Path, folder: Path) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """(summary, audit.json) of each audited run kept under ``folder``."""
+    paths = sorted((root / folder / "tabular-pdp" / "runs").glob("*/audit.json"))
+    if not paths:
+        raise FileNotFoundError(f"no kept audited tabular-pdp run under {folder}/tabular-pdp/runs")
+    return [(read_json(p.parent / "summary.json"), read_json(p)) for p in paths]
+
+
+def _g(x: float) -> str:
+    return f"{x:.3g}"
+
+
+def audit_table(root: Path) -> str:
+    """The audit at n_eps = 1: per-client ranges and the pooled row of each setting, with the run's verdict."""
+    ((summary, audit),) = _audits(root, AUDIT / "n1")
+    lines = ["| setting | client | eps formal (study, RDP) | eps formal (add/remove) | lower bound (95%): all "
+             "iterates / final model | point estimate: all iterates / final model | verdict |",
+             "|---|---|---|---|---|---|---|"]
+    for setting, res in sorted(setting_results(audit).items()):
+        acct = summary["settings"][setting]["accounting"]
+        clients = {c: v for c, v in res["clients"].items() if c != "all"}
+        pooled = res["clients"]["all"]
+
+        def span(view: str, key: str, clients: dict[str, Any] = clients) -> str:
+            return _span([v[view][key] for v in clients.values()], "{:.3g}")
+
+        per = [f"{span('all-iterates', 'eps_lower')} / {span('final-model', 'eps_lower')}",
+               f"{span('all-iterates', 'eps_point')} / {span('final-model', 'eps_point')}"]
+        verdicts = sorted({v.get("verdict", {}).get("verdict", "n/a") for v in clients.values()})
+        lines.append(f"| {setting.upper()} | {min(clients, key=int)}..{max(clients, key=int)} (range) | "
+                     f"{_span([acct[c]['eps_rdp'] for c in clients], '{:.3g}')} | "
+                     f"{_span([v['eps_formal_add_remove'] for v in clients.values()], '{:.3g}')} | {per[0]} | "
+                     f"{per[1]} | {', '.join(verdicts)} |")
+        lines.append(f"| {setting.upper()} | all {len(clients)} pooled ({res['canaries']['num_canaries']} canaries) "
+                     f"| - | max {_g(pooled['eps_formal_add_remove'])} | {_g(pooled['all-iterates']['eps_lower'])} / "
+                     f"{_g(pooled['final-model']['eps_lower'])} | {_g(pooled['all-iterates']['eps_point'])} / "
+                     f"{_g(pooled['final-model']['eps_point'])} | {pooled.get('verdict', {}).get('verdict', 'n/a')} |")
+    return "\n".join(lines)
+
+
+def _audit_values(root: Path) -> dict[str, str]:
+    ((summary, audit),) = _audits(root, AUDIT / "n1")
+    out = {"audit.verdict": audit["verdict"],
+           "audit.sigma_ratio": f"{summary['settings']['pdp']['sigma_release_over_gdp']:.4f}",
+           "audit.ceiling": _g(max(v.get("verdict", {}).get("ceiling") or 0.0 for r in setting_results(audit).values()
+                                   for c, v in r["clients"].items() if c != "all"))}
+    points = [r["clients"]["all"][view]["eps_point"] for r in setting_results(audit).values()
+              for view in ("all-iterates", "final-model")]
+    out["audit.pooled_points"] = _span(points, "{:.2f}")
+    per_client = [v[view]["eps_point"] for r in setting_results(audit).values() for c, v in r["clients"].items()
+                  if c != "all" for view in ("all-iterates", "final-model")]
+    out["audit.client_points"] = _span(per_client, "{:.1f}")
+    out["audit.formal"] = _g(max(r["clients"]["all"]["eps_formal_add_remove"] for r in setting_results(audit).values()))
+    ((_, paper),) = _audits(root, AUDIT / "paper")
+    out["audit.paper_points"] = _span([v[view]["eps_point"] for r in setting_results(paper).values()
+                                       for v in r["clients"].values() for view in ("all-iterates", "final-model")],
+                                      "{:.0f}")
+    out["audit.paper_verdict"] = paper["verdict"]
+    return out
+
+
 def values(root: Path) -> Mapping[str, str]:
     """Prose numbers: the estimated C, the vanilla cell of the C = 8.5 sweep, the drift detection counts."""
     runs = _runs(root, REDUCED)
@@ -127,8 +192,9 @@ def values(root: Path) -> Mapping[str, str]:
            "c85_vanilla_mae": seed_cell([s["settings"]["vanilla"]["final_mae"] for s in c85], 3).split(" [")[0]}
     out.update({f"det.{k}": v for k, v in _detection(runs).items()})
     out.update({f"e2.{k}": v for k, v in _detection(_runs(root, VARIANTS / "e2")).items()})
+    out.update(_audit_values(root))
     return out
 
 
-BLOCKS = {"tabular-pdp-table2": table2, "tabular-pdp-table3": table3}
+BLOCKS = {"tabular-pdp-table2": table2, "tabular-pdp-table3": table3, "tabular-pdp-audit-table": audit_table}
 VALUES = {"tabular-pdp-reduced": values}
