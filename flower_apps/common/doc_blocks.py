@@ -19,7 +19,8 @@ a generated span cannot pass.
 Where they are registered: a study's ``flower_apps/<pkg>/docs.py`` (``BLOCKS`` / ``VALUES`` dicts,
 picked up by :func:`flower_apps.studies.load_study`), and for platform-wide tables (benchmarks, the audit's
 detection rates) :func:`include_block`: the block is a kept Markdown file written next to its data by
-the command that measured it (a test checks that file against its data).
+the command that measured it (a test checks that file against its data); docs/audit.md's measured tables and
+values, which span three studies' kept audit runs, are :mod:`flower_apps.common.audit_docs`'s (registered at the end).
 """
 
 from __future__ import annotations
@@ -168,3 +169,11 @@ def check(root: Path, *, write: bool = False) -> list[Difference]:
 # Platform-wide tables: kept beside the data that the command which measured them wrote.
 BLOCKS.register("audit-detection", include_block("results_audit/detection.md"))  # benchmarks/audit_detection.py
 BLOCKS.register("benchmarks", include_block("results_bench/benchmarks.md"))  # python -m benchmarks --write-readme
+# The audit's measured tables and numbers in docs/audit.md, rebuilt from the kept audited runs of three studies
+# (results_audit/, results_bench/): one module for all of them, not one study's docs.py.
+from flower_apps.common import audit_docs  # noqa: E402  (it imports nothing of this module)
+
+for _name, _render in audit_docs.BLOCKS.items():
+    BLOCKS.register(_name, _render)
+for _ns, _values in audit_docs.VALUES.items():
+    VALUES.register(_ns, _values)
