@@ -95,7 +95,7 @@ def theory_values(root: Path) -> Mapping[str, str]:
     runs = [r for rs in linking_runs(root).values() for r in rs]
     mixed = [r for r in runs if r["mixnet"] and r["max_hops"] > 1]
     out = {"seeds": str(len({r["seed"] for r in runs})),
-           "targets": f"{min(r['agnostic_targets'] for r in runs)}-{max(r['agnostic_targets'] for r in runs)}",
+           "targets": _range([r["agnostic_targets"] for r in runs], "{:d}"),
            "chain_margin": f"{max(r[f'{a}_advantage'] - r[f'{a}_trace_bound'] for r in runs for a in ADVERSARIES):.3f}",
            "chain_margin_mixed": f"{max(r[f'{a}_advantage'] - r[f'{a}_trace_bound'] for r in mixed for a in ADVERSARIES):.3f}",
            "mult_min": f"{min(r[f'{a}_trace_mult_bound'] for r in mixed for a in ADVERSARIES):.2f}",
@@ -109,5 +109,25 @@ def theory_values(root: Path) -> Mapping[str, str]:
     return out
 
 
+def _range(values: list[Any], fmt: str = "{:.2f}") -> str:
+    lo, hi = fmt.format(min(values)), fmt.format(max(values))
+    return lo if lo == hi else f"{lo}-{hi}"
+
+
+def linking_values(root: Path) -> Mapping[str, str]:
+    """Row 7 of the results table: accuracy and baseline 1/|U_T| per path length, means over seeds (ranges
+    over the outbox sizes O of that length), for both adversaries."""
+    groups: dict[str, list[list[dict[str, Any]]]] = {}
+    for runs in linking_runs(root).values():
+        r = runs[0]
+        groups.setdefault("off" if not r["mixnet"] else f"k{r['max_hops']}", []).append(runs)
+    out = {}
+    for name, configs in groups.items():
+        for adv, tag in (("agnostic", ""), ("aware", "aware_")):
+            for key, short in (("accuracy", "acc"), ("baseline", "base"), ("advantage", "adv")):
+                out[f"{name}.{tag}{short}"] = _range([_mean(runs, f"{adv}_{key}") for runs in configs], "{:.3f}")
+    return out
+
+
 BLOCKS = {"udfl-linking-theory-table": theory_table}
-VALUES = {"udfl-linking-theory": theory_values}
+VALUES = {"udfl-linking-theory": theory_values, "udfl-linking": linking_values}
