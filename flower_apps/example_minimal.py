@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict
 from functools import lru_cache
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
 import torch
 from flwr.app import Context, Message, MetricRecord, RecordDict
@@ -31,7 +31,7 @@ from registry import streams
 from strategies.cohorts import client_ids_of, config_record, wait_for_nodes
 from strategies.matched_perturbation import MatchedPerturbation
 from strategies.observer import RoundObserver
-from strategies.records import client_key
+from strategies.records import array_record, client_key, config_of, number
 from strategies.registry import build_strategy
 
 STUDY, ACTION = "example-minimal", "example_minimal"
@@ -110,17 +110,17 @@ def server_main(grid: Grid, cfg: ExampleConfig) -> dict:
 
 def train(msg: Message, context: Context) -> Message:
     """Train each logical client the message names from the received model; reply one model each."""
-    conf = msg.content.config_records["config"]
+    conf = config_of(msg.content["config"])
     cfg = ExampleConfig(**json.loads(str(conf["run-config"])))
     parts, x_test, _ = client_data(to_json(cfg))
     out, n_sum, loss_sum = RecordDict(), 0, 0.0
     for cid in client_ids_of(conf):
         model = model_for(cfg, x_test)
-        model.load_state_dict(record_to_state(msg.content.array_records["arrays"]))
+        model.load_state_dict(record_to_state(array_record(msg.content["arrays"])))
         x, y = parts[cid]
         loss, n = train_local(model, x, y, lr=cfg.lr, momentum=0.0, weight_decay=0.0, batch_size=cfg.batch_size,
                            epochs=cfg.local_epochs,
-                           generator=streams.torch_generator("clients.sgd", cfg.seed, int(cast(int, conf["server-round"])), cid))
+                           generator=streams.torch_generator("clients.sgd", cfg.seed, int(number(conf["server-round"])), cid))
         out[client_key(cid)] = state_to_record(model)
         n_sum, loss_sum = n_sum + n, loss_sum + loss * n
     out["metrics"] = MetricRecord({"num-examples": n_sum, "train-loss": loss_sum / max(n_sum, 1),
