@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.metadata
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Protocol, cast
 
@@ -25,7 +26,7 @@ from torch import nn
 class TimmModel(Protocol):
     """The methods a timm classifier has (reached through ``nn.Module.__getattr__``, so untyped for mypy)."""
 
-    blocks: nn.Sequential
+    blocks: Iterable[Iterable[nn.Module]]  # stages of blocks (nn.Sequential of nn.Sequential)
 
     def get_classifier(self) -> nn.Module: ...
     def forward_features(self, x: torch.Tensor) -> torch.Tensor: ...

@@ -79,7 +79,8 @@ class UsFedAdam(FullCohort, ExactConsensusMean, BufferAveragingFedAdam):
 
 
 def build_ultrasound_strategy(algorithm: str, *, proximal_mu: float = 0.01, server_lr: float = 0.01,
-                              beta1: float = 0.9, beta2: float = 0.99, buffer_keys: Iterable[str] = ()) -> FedAvg:
+                              beta1: float = 0.9, beta2: float = 0.99,
+                              buffer_keys: Iterable[str] = ()) -> UsFedAvg | UsFedProx | UsFedAdam:
     """'fedavg' | 'fedprox' | 'fedadam' with the paper's settings; no federated evaluation round."""
     common: dict[str, Any] = {"fraction_train": 1.0, "fraction_evaluate": 0.0}
     if algorithm == "fedavg":
