@@ -25,9 +25,10 @@ import re
 import sys
 import tomllib
 from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import KW_ONLY, dataclass
 from pathlib import Path
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, TypeVar, cast
 
 from flower_apps.errors import ConfigError  # re-exported: flower_apps.config.ConfigError, as always
 
@@ -104,7 +105,7 @@ class Key:
     field: str = ""
     unused_when: Mapping[str, Collection[Any]] | None = None
     held: bool = True
-    roles: frozenset[str] = frozenset()
+    roles: AbstractSet[str] = frozenset()  # a frozenset after __post_init__
     in_run_hash: bool = True
     hash_omit_when: Mapping[str, Collection[Any]] | None = None
     hash_null_when: Mapping[str, Collection[Any]] | None = None
@@ -209,7 +210,7 @@ class Key:
             raise self._range_error(value)
         if self.many:
             items = tuple(s.strip() for s in value.split(",") if s.strip())
-            bad = [s for s in items if s not in self.choices]
+            bad = [s for s in items if s not in cast(Collection[str], self.choices)]  # many keys have choices
             if bad or len(set(items)) != len(items) or len(items) < self.min_items:
                 least = f", at least {self.min_items}" if self.min_items else ""
                 raise ConfigError(f"{self.name}: got {value!r}; allowed: comma-separated subset of "
@@ -428,7 +429,7 @@ class KeyTable:
     def build(self, cls: type[_C], c: dict[str, Any]) -> _C:
         """The config dataclass ``cls`` from a flat run config: each field from the key that fills it."""
         values = self.check(c)
-        names = {f.name for f in dataclasses.fields(cls)}
+        names = {f.name for f in dataclasses.fields(cast(Any, cls))}  # a config class: a dataclass
         kwargs = {key.field: values[key.name] for key in self.keys.values() if key.field in names}
         missing = sorted(names - set(kwargs))
         if missing:
@@ -459,6 +460,7 @@ class KeyTable:
                             "(give it properties and methods only)")
         named_by_base = base is not None and hasattr(base, "default_run_name")
         if named_by_base and naming:
+            assert base is not None  # named_by_base implies a base
             raise ValueError(f"{name}: base {base.__name__} names the run folder (default_run_name); "
                              "give run_name keys or a base default_run_name, not both")
 
@@ -536,7 +538,7 @@ class RunConfig:
 
     def to_json(self) -> str:
         """Serialized form carried in every message."""
-        return json.dumps(dataclasses.asdict(self), sort_keys=True)
+        return json.dumps(dataclasses.asdict(cast(Any, self)), sort_keys=True)  # the derived class is a dataclass
 
     @classmethod
     def from_json(cls, text: str) -> Any:

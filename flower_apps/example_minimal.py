@@ -29,8 +29,9 @@ from models.seeded_init import seeded_init
 from privacy.randomness import NoiseSource
 from registry import streams
 from strategies.cohorts import client_ids_of, config_record, wait_for_nodes
+from strategies.matched_perturbation import MatchedPerturbation
 from strategies.observer import RoundObserver
-from strategies.records import client_key
+from strategies.records import array_record, client_key, config_of, number
 from strategies.registry import build_strategy
 
 STUDY, ACTION = "example-minimal", "example_minimal"
@@ -87,6 +88,7 @@ def server_main(grid: Grid, cfg: ExampleConfig) -> dict:
     strategy = build_strategy("fl", list(range(cfg.num_clients)), ACTION, cfg.clients_per_message, dp=True,
                               clip_norm=cfg.ex_clip_norm, eps_cal=cfg.ex_eps_cal,
                               noise=NoiseSource(cfg.noise_seed_file, noise_condition(cfg)), stream=(cfg.seed,))
+    assert isinstance(strategy, MatchedPerturbation)  # dp=True: FedAvg inside the matched clip-and-noise wrapper
     # The run folder as the built-in studies open it: a finished run or another config's folder is refused,
     # a second ServerApp on the same folder is locked out (flower_apps.common.run_record).
     with RunRecord(STUDY, cfg) as run:
@@ -108,17 +110,17 @@ def server_main(grid: Grid, cfg: ExampleConfig) -> dict:
 
 def train(msg: Message, context: Context) -> Message:
     """Train each logical client the message names from the received model; reply one model each."""
-    conf = msg.content["config"]
+    conf = config_of(msg.content["config"])
     cfg = ExampleConfig(**json.loads(str(conf["run-config"])))
     parts, x_test, _ = client_data(to_json(cfg))
     out, n_sum, loss_sum = RecordDict(), 0, 0.0
     for cid in client_ids_of(conf):
         model = model_for(cfg, x_test)
-        model.load_state_dict(record_to_state(msg.content["arrays"]))
+        model.load_state_dict(record_to_state(array_record(msg.content["arrays"])))
         x, y = parts[cid]
         loss, n = train_local(model, x, y, lr=cfg.lr, momentum=0.0, weight_decay=0.0, batch_size=cfg.batch_size,
                            epochs=cfg.local_epochs,
-                           generator=streams.torch_generator("clients.sgd", cfg.seed, int(conf["server-round"]), cid))
+                           generator=streams.torch_generator("clients.sgd", cfg.seed, int(number(conf["server-round"])), cid))
         out[client_key(cid)] = state_to_record(model)
         n_sum, loss_sum = n_sum + n, loss_sum + loss * n
     out["metrics"] = MetricRecord({"num-examples": n_sum, "train-loss": loss_sum / max(n_sum, 1),

@@ -15,7 +15,7 @@ from collections import OrderedDict
 from typing import cast
 
 import numpy as np
-from flwr.app import Array, ArrayRecord, Message
+from flwr.app import Array, ArrayRecord, ConfigRecord, Message
 
 CLIENT_PREFIX = "client."
 
@@ -36,6 +36,11 @@ def int_list(value: object) -> list[int]:
 def array_record(value: object) -> ArrayRecord:
     """A RecordDict item read as an ArrayRecord (typing only)."""
     return cast(ArrayRecord, value)
+
+
+def config_of(value: object) -> ConfigRecord:
+    """A RecordDict item read as a ConfigRecord (typing only)."""
+    return cast(ConfigRecord, value)
 
 
 def client_key(client_id: int) -> str:

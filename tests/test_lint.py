@@ -38,7 +38,7 @@ def test_ruff_finds_nothing():
 
 def test_mypy_finds_nothing():
     rc, out = mypy()
-    assert rc == 0, f"mypy found problems in the shared packages:\n{out}"
+    assert rc == 0, f"mypy found problems in the checked packages (pyproject.toml [tool.mypy] files):\n{out}"
     assert "Success: no issues found" in out, out
 
 

@@ -25,6 +25,7 @@ import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from flwr.app import ConfigRecord, Context, Error, Message, MessageType, RecordDict
 from flwr.serverapp import Grid
@@ -161,7 +162,7 @@ def discover(grid: Grid, action: str, config: ConfigRecord, timeout: float, num_
             log.warning("node %d refused: %s", nid, out.errors[nid])
             continue
         rec = r.content["node-data"]
-        info = {k: (list(v) if isinstance(v, list) else v) for k, v in rec.items()}
+        info: dict[str, Any] = {k: (list(v) if isinstance(v, list) else v) for k, v in rec.items()}
         for c in info["client-ids"]:
             if not 0 <= int(c) < num_clients:
                 raise DataError(f"{info['node']} holds client {c}, outside [0, num-clients={num_clients})")

@@ -233,7 +233,8 @@ def unique_runs(study: str, configs: Sequence[Any]) -> list[Any]:
     from flower_apps.common.results import run_folder, run_hash
     from flower_apps.config import ConfigError
 
-    out, seen = [], {}
+    out: list[Any] = []
+    seen: dict[Any, str] = {}  # run folder -> the config hash first seen there
     for cfg in configs:
         folder, rid = run_folder(study, cfg), run_hash(cfg)
         if folder in seen:

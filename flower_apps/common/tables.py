@@ -12,10 +12,12 @@ import io
 from collections import defaultdict
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from flower_apps.common.results import atomic_write_text
 from flower_apps.common.stats import summarize
+
+_T = TypeVar("_T")
 
 
 def columns(rows: Sequence[dict]) -> list[str]:
@@ -70,9 +72,9 @@ def seed_cell(values: Iterable[float | None], digits: int = 2, scale: float = 1.
     return summarize([None if v is None else float(v) * scale for v in values]).fmt(digits)
 
 
-def group_by(items: Iterable[dict], key: Callable[[dict], Hashable]) -> dict[Any, list[dict]]:
+def group_by(items: Iterable[_T], key: Callable[[_T], Hashable]) -> dict[Any, list[_T]]:
     """Items by ``key(item)``, groups and their members in first-seen order."""
-    groups: dict[Any, list[dict]] = defaultdict(list)
+    groups: dict[Any, list[_T]] = defaultdict(list)
     for item in items:
         groups[key(item)].append(item)
     return dict(groups)

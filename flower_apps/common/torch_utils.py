@@ -36,7 +36,7 @@ def ndarray_to_array(a: np.ndarray) -> Array:
     header = io.BytesIO()
     np.lib.format.write_array_header_1_0(header, np.lib.format.header_data_from_array_1_0(a))
     return Array(dtype=str(a.dtype), shape=tuple(int(s) for s in a.shape), stype=_NUMPY_STYPE,
-                 data=b"".join((header.getvalue(), a)))  # join reads the array's buffer: the one copy
+                 data=b"".join((header.getvalue(), a)))  # type: ignore[arg-type]  # join reads the array's buffer (the one copy); numpy's stubs do not declare ndarray a Buffer
 
 
 def array_to_ndarray(arr: Array) -> np.ndarray:

@@ -32,6 +32,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -174,9 +175,10 @@ def inversion_rows(model: nn.Module, data: UltrasoundData, make_model: Callable[
         y = int(data.y["train"][int(i)])
         grad = capture_single_example_gradient(model, x, y)
         if view == "gradient":
-            v = AdversaryView(make_model, state, grad, shape, k)
+            v = AdversaryView(make_model, state, tuple(grad), shape, k)  # the view copies it into a tuple
         else:  # DP-SGD for a batch of one: clip the per-sample gradient to C, add N(0, (z C)^2); lr 1 -> u = -g
             g = streams.torch_generator("ultrasound.inversion-noise", s.seed, j)
+            assert clip_norm is not None  # the DP-SGD view is asked for with the run's max_grad_norm
             v = view_from_noised_update(make_model, state, [-t for t in grad], lr=1.0, clip_norm=clip_norm,
                                         sigma=noise_multiplier * clip_norm, generator=g, input_shape=shape,
                                         num_classes=k)
@@ -240,7 +242,7 @@ def audited(run_folder: str | Path, cfg) -> bool:
             or is_audited_run(Path(run_folder)))
 
 
-def attack_run(run_folder: str | Path, cfg, s: UsAttackSettings = UsAttackSettings()) -> dict[str, list[dict]]:
+def attack_run(run_folder: str | Path, cfg, s: UsAttackSettings = UsAttackSettings()) -> dict[str, Any]:
     """All attacks on one finished federated run (``final_model.pt``); cached per settings.
 
     An audited run is not attacked: ``{"skipped": "skipped: audited run", "mia": [], "inversion": []}``.

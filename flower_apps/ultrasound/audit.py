@@ -219,10 +219,12 @@ def run_audit(req: AuditRequest, rounds: list[tuple[list[float], list[float]]], 
     out = {"method": "one-run audit (Steinke, Nasr, Jagielski 2023), input-space canaries",
            "canary_kind": req.kind, "canaries": req.canaries, "included": int(included.sum()),
            "audited_client": req.client, "rounds_scored": len(rounds), "delta": delta, "confidence": CONFIDENCE,
-           "eps_formal_rdp": eps_formal, "threat_models": {}}
+           "eps_formal_rdp": eps_formal}
+    threat_models: dict[str, dict] = {}
+    out["threat_models"] = threat_models
     for view, s in scores(rounds).items():
-        out["threat_models"][view] = {**audit_from_scores(s, included, delta, CONFIDENCE).to_dict(),
-                                      "scores": [float(v) for v in s]}  # to recompute or re-analyse later
+        threat_models[view] = {**audit_from_scores(s, included, delta, CONFIDENCE).to_dict(),
+                               "scores": [float(v) for v in s]}  # to recompute or re-analyse later
     out["included_bits"] = [int(b) for b in included]
     out.update(input_space_verdict(out, included, delta, eps_formal))
     return out

@@ -12,6 +12,7 @@ from flwr.app import ConfigRecord
 
 from flower_apps.ultrasound.gradient_audit import DEFAULT_GRADIENT_CANARIES, run_gradient_audit
 from strategies.flwr_adapter import task_identity
+from strategies.records import array_record
 
 
 def client_rounds(cfg, view=None, client: int = 0):
@@ -39,7 +40,7 @@ def client_rounds(cfg, view=None, client: int = 0):
                 raise RuntimeError(f"client {client}, round {r}: the client failed: {reply.error.reason}")
             if view is not None:
                 view.take(reply)
-            arrays = reply.content["arrays"]
+            arrays = array_record(reply.content["arrays"])
     return arrays
 
 
@@ -66,6 +67,7 @@ def audit_trial(fault: str, seed: int, preset: str = "smoke", **overrides) -> di
             **{k.replace("_", "-"): v for k, v in overrides.items()}}
     cfg = prepare(keys)[1]
     req = audit.AuditRequest.of(cfg)
+    assert req is not None  # us-audit-canaries set above
     audit.check_auditable(cfg, req)
     view = audit.AuditRecords(req)
     client_rounds(cfg, view, req.client)

@@ -29,6 +29,7 @@ from flower_apps.ultrasound.train import evaluate as evaluate_model  # not a han
 from privacy.faults import noise_divisor
 from privacy.randomness import NoiseSource
 from strategies.cohorts import client_ids_of
+from strategies.records import array_record, config_of, number
 
 METRICS_KEY = "metrics"
 
@@ -108,7 +109,7 @@ def query(msg: Message, context: Context) -> Message:
 def train(msg: Message, context: Context) -> Message:
     """Handle a ``train.ultrasound`` message."""
     t0 = time.perf_counter()
-    conf: ConfigRecord = msg.content["config"]
+    conf: ConfigRecord = config_of(msg.content["config"])
     cfg = UltrasoundConfig.from_json(str(conf["run-config"]))
     name = node_name(context)
     try:  # deployment: this node's data-path only (busi-folder), never the global partition
@@ -119,18 +120,18 @@ def train(msg: Message, context: Context) -> Message:
     except DataError as exc:
         return error_reply(msg, name, exc)
     try:  # before any work: a node asked for seeded noise without a seed file of its own refuses
-        dp = dp_settings(cfg, context, msg.content["arrays"])
+        dp = dp_settings(cfg, context, array_record(msg.content["arrays"]))
     except NoiseSeedError as exc:
         return error_reply(msg, name, exc)
-    server_round = int(conf["server-round"])
+    server_round = int(number(conf["server-round"]))
     device = pick_device(cfg.device)
     model = model_skeleton(cfg.arch, data.num_classes, cfg.image_size, cfg.dp_sgd, cfg.dp_finetune)
-    model.load_state_dict(record_to_state(msg.content["arrays"]))
+    model.load_state_dict(record_to_state(array_record(msg.content["arrays"])))
     x, y = data.client_train_data(cid)
     owners = data.train_owners()[data.client_train[cid]] if path is None else data.owners(cid)
     if cfg.mode == "local":
         return _local_only(msg, cfg, cid, model, x, y, owners, data, device, t0, dp)
-    mu = float(conf["proximal-mu"]) if "proximal-mu" in conf else 0.0
+    mu = float(number(conf["proximal-mu"])) if "proximal-mu" in conf else 0.0
     lr = lr_at_round(cfg.lr, server_round, cfg.num_rounds)
     canaries, x, y, owners = audit.client_hook(cfg, cid, x, y, owners, data.num_classes)  # us-audit-canaries > 0 only
     loss_received = audit.canary_losses(model, canaries, device) if canaries is not None else None
@@ -149,6 +150,7 @@ def train(msg: Message, context: Context) -> Message:
     })
     content = RecordDict({"arrays": state_to_record(model), METRICS_KEY: metrics})
     if canaries is not None:
+        assert loss_received is not None  # measured above whenever there are canaries
         content[audit.AUDIT_RECORD] = audit.audit_record(loss_received, audit.canary_losses(model, canaries, device))
     if grad_canaries is not None:
         content[audit.AUDIT_RECORD] = gradient_audit.gradient_record(grad_canaries, stats.steps)

@@ -32,6 +32,8 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
+from flower_apps.ultrasound.pretrained import timm_view
+
 log = logging.getLogger(__name__)
 
 CACHE_ENTRIES = 48  # (trunk, images, mode) entries per process: 8 clients' train sets + val + test, with room
@@ -54,7 +56,7 @@ def _classifier(model: nn.Module) -> tuple[nn.Module, set[int]] | None:
     """A timm model's classifier and the ids of its parameters (None: no split into trunk and classifier)."""
     if not all(hasattr(model, a) for a in ("get_classifier", "forward_features", "forward_head")):
         return None
-    head = model.get_classifier()
+    head = timm_view(model).get_classifier()
     if not isinstance(head, nn.Module):
         return None
     head_params = {id(p) for p in head.parameters()}
@@ -86,7 +88,8 @@ def frozen_trunk(model: nn.Module) -> nn.Module | None:
 
 
 def _trunk(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
-    return model.forward_head(model.forward_features(x), pre_logits=True)
+    timm_model = timm_view(model)
+    return timm_model.forward_head(timm_model.forward_features(x), pre_logits=True)
 
 
 def _digest(model: nn.Module, head: nn.Module, images: torch.Tensor) -> str:

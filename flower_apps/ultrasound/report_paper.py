@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from flower_apps.common.plots import save_fig, subplots
 from flower_apps.common.tables import group_by
@@ -22,7 +23,7 @@ from privacy.dpsgd import DpSgdEvent, paper_sqrt_t_bound, rdp_epsilon
 TASK_TABLE = {"normal-vs-abnormal": 12, "benign-vs-malignant": 13, "three-class": 14}
 ETAS = (0.5, 1.0, 1.5, 2.0, 3.0, 4.0)
 # The paper's scale: 15,847 images, 80% train over K = 8 clients, batch 32, T = 100 rounds of E = 5 epochs.
-PAPER_SCALE = {"n_per_client": int(0.8 * 15847) // 8, "batch_size": 32, "epochs": 100 * 5, "delta": 1e-5}
+PAPER_SCALE: dict[str, Any] = {"n_per_client": int(0.8 * 15847) // 8, "batch_size": 32, "epochs": 100 * 5, "delta": 1e-5}
 
 
 def per_arch_rows(rows: list[dict]) -> list[dict]:

@@ -17,6 +17,7 @@ import logging
 import math
 import time
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 import torch
@@ -46,6 +47,7 @@ from flower_apps.ultrasound.train import client_seed, evaluate, lr_at_round, tra
 from privacy.dpsgd import DpSgdLedger, paper_sqrt_t_bound, rdp_epsilon
 from strategies.base import FastGrid
 from strategies.cohorts import build_messages, exchange, plan_cohorts, round_problems, wait_for_nodes
+from strategies.records import number
 from strategies.reply_rules import ReplyRules
 from strategies.resume import (
     CHECKPOINT,
@@ -268,7 +270,8 @@ def _federated(grid: Grid, cfg: UltrasoundConfig, model, initial: ArrayRecord, d
 
     # An audited run: the auditor's tap is the outermost layer (it takes the canary records out of the replies).
     outer = strategy if audit_records is None else audit.AuditTap(strategy, audit_records)
-    result = start_from_round(outer, FastGrid(grid), initial, first_round=ck["round"] + 1 if ck else 1,
+    # FastGrid is a Grid by duck typing (strategies.base), not a subclass
+    result = start_from_round(outer, cast(Grid, FastGrid(grid)), initial, first_round=ck["round"] + 1 if ck else 1,
                               num_rounds=cfg.num_rounds, timeout=cfg.round_timeout,
                               train_config=ConfigRecord({"run-config": cfg.to_json()}), evaluate_fn=evaluate_fn)
     model.load_state_dict({k: v.to(device) for k, v in record_to_state(result.arrays).items()})
@@ -324,6 +327,7 @@ def _centralized(cfg: UltrasoundConfig, model, data: UltrasoundData, device):
     final = evaluate(model, data.x["test"], data.y["test"], device)
     ledger = DpSgdLedger()
     if dp is not None:
+        assert stats.sample_rate is not None  # train_local reports it under DP-SGD
         ledger.record(cfg.noise_multiplier, stats.sample_rate, stats.steps)
     timing = _timing(round_seconds, [{"steps": stats.steps, "step-seconds": stats.step_seconds,
                                       "train-seconds": stats.seconds, "trunk-cached": int(stats.trunk_cached)}])
@@ -352,7 +356,7 @@ def _local_only(grid: Grid, cfg: UltrasoundConfig, initial: ArrayRecord, data: U
     rows = [dict(checked.reply_of[c].content["metrics"]) for c in checked.contributors]
     c = len(data.class_names)
     keys = ("accuracy", "f1", "precision", "recall", "specificity", "auc")
-    per_client = [{"client": int(r["client-id"]), "n_train": int(r["num-examples"]),
+    per_client = [{"client": int(number(r["client-id"])), "n_train": int(number(r["num-examples"])),
                    **{f"test_{k}": r[f"test-{k}"] for k in keys},
                    **{k: r.get(f"val-{k}", math.nan) for k in keys}} for r in rows]
     final = {k: float(np.nanmean([r[f"test-{k}"] for r in rows])) for k in keys}
@@ -363,5 +367,6 @@ def _local_only(grid: Grid, cfg: UltrasoundConfig, initial: ArrayRecord, data: U
     ledgers = {k: DpSgdLedger() for k in range(cfg.num_clients)}
     if cfg.dp_sgd:
         for r in rows:
-            ledgers[int(r["client-id"])].record(r["noise-multiplier"], r["sample-rate"], int(r["steps"]))
+            ledgers[int(number(r["client-id"]))].record(number(r["noise-multiplier"]), number(r["sample-rate"]),
+                                                        int(number(r["steps"])))
     return rounds, per_client, final, ledgers, _timing([], rows)

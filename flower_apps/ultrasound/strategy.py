@@ -11,6 +11,7 @@ client returns unchanged (a frozen backbone under DP-SGD) aggregates to itself e
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 from flwr.app import ArrayRecord, Message, MetricRecord
 from flwr.serverapp.strategy import FedAvg, FedProx
@@ -18,6 +19,7 @@ from flwr.serverapp.strategy import FedAvg, FedProx
 from strategies.exact_mean import ExactConsensusMean
 from strategies.fedadam_buffers import BufferAveragingFedAdam
 from strategies.fixed_cohort import FixedCohort
+from strategies.records import number
 from strategies.reply_rules import ReplyRules
 
 #: The metrics of a federated train reply (client_app.train), and nothing else: Flower's FedAvg family
@@ -30,7 +32,7 @@ TRAIN_METRIC_KEYS = frozenset({
 def _speaks_for_planned(reply: Message, planned: tuple[int, ...]) -> str | None:
     """The ``client-id`` a reply reports (the DP-SGD ledger files its steps under it) is the planned one."""
     for rec in reply.content.metric_records.values():
-        if "client-id" in rec and (int(rec["client-id"]),) != tuple(planned):
+        if "client-id" in rec and (int(number(rec["client-id"])),) != tuple(planned):
             return f"reports client-id {rec['client-id']}, asked for {list(planned)}"
     return None
 
@@ -59,7 +61,9 @@ class FullCohort(FixedCohort):
         if missing:
             raise RuntimeError(f"round {server_round}: {len(checked.contributors)}/{len(self.client_ids)} clients "
                                f"replied; client {missing[0]}: {checked.problem_of.get(missing[0], 'no reply')}")
-        return super(FixedCohort, self).aggregate_train(server_round, checked.valid_by_client())  # the algorithm's
+        # the algorithm's: FixedCohort is a mixin, so the next class in the concrete MRO (FedAvg, FedProx, ...)
+        return super(FixedCohort, self).aggregate_train(  # type: ignore[misc]
+            server_round, checked.valid_by_client())
 
 
 class UsFedAvg(FullCohort, ExactConsensusMean, FedAvg):
@@ -75,9 +79,10 @@ class UsFedAdam(FullCohort, ExactConsensusMean, BufferAveragingFedAdam):
 
 
 def build_ultrasound_strategy(algorithm: str, *, proximal_mu: float = 0.01, server_lr: float = 0.01,
-                              beta1: float = 0.9, beta2: float = 0.99, buffer_keys: Iterable[str] = ()) -> FedAvg:
+                              beta1: float = 0.9, beta2: float = 0.99,
+                              buffer_keys: Iterable[str] = ()) -> UsFedAvg | UsFedProx | UsFedAdam:
     """'fedavg' | 'fedprox' | 'fedadam' with the paper's settings; no federated evaluation round."""
-    common = {"fraction_train": 1.0, "fraction_evaluate": 0.0}
+    common: dict[str, Any] = {"fraction_train": 1.0, "fraction_evaluate": 0.0}
     if algorithm == "fedavg":
         return UsFedAvg(**common)
     if algorithm == "fedprox":

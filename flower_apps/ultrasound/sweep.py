@@ -187,7 +187,9 @@ def build_configs(args: argparse.Namespace) -> list[UltrasoundConfig]:
         if args.audit and cfg.mode == "federated":  # --audit only sets the run keys (flower_apps/ultrasound/audit.py)
             kind, m = audit_choice(args, cfg.dp_sgd)
             cfg = spec.build_config(run_keys(knobs, {**run, "us-audit-canaries": m, "us-audit-canary": kind}))
-            audit.check_auditable(cfg, audit.AuditRequest.of(cfg))  # refused here, before the simulation starts
+            req = audit.AuditRequest.of(cfg)
+            assert req is not None  # audit_choice gives at least 2 canaries
+            audit.check_auditable(cfg, req)  # refused here, before the simulation starts
         configs.append(cfg)
     return unique_runs("ultrasound", configs)
 

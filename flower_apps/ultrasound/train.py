@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -22,6 +23,7 @@ from datasets.transforms import ScannerProfile, to_model_input, uint8_to_unit
 from flower_apps.ultrasound.features import cached_features, frozen_trunk, trainable_head
 from flower_apps.ultrasound.metrics import classification_metrics
 from privacy.dpsgd import GradientCanaries, ghost_clipping_backward, ghost_targets, make_private, unwrap
+from privacy.dpsgd.engine import DPOptimizerLike
 from privacy.randomness import NoiseSource
 from registry import streams
 
@@ -66,9 +68,9 @@ def lr_at_round(base_lr: float, server_round: int, num_rounds: int) -> float:
     return base_lr * LR_DECAY ** sum(server_round > m * num_rounds for m in LR_MILESTONES)
 
 
-def proximal_term(params: list[torch.Tensor], anchor: list[torch.Tensor]) -> torch.Tensor:
+def proximal_term(params: Sequence[torch.Tensor], anchor: Sequence[torch.Tensor]) -> torch.Tensor:
     """||w - w_t||^2 summed over all trainable tensors (FedProx, Li et al. 2020, Eq. 2 without mu/2)."""
-    return sum(((p - a) ** 2).sum() for p, a in zip(params, anchor, strict=True))
+    return cast(torch.Tensor, sum(((p - a) ** 2).sum() for p, a in zip(params, anchor, strict=True)))  # >= 1 tensor
 
 
 def _is_identity(prof: ScannerProfile) -> bool:
@@ -199,6 +201,7 @@ def train_local(
             else:
                 with warnings.catch_warnings():  # Opacus' hooks on the first layer: benign, inputs need no grad
                     warnings.filterwarnings("ignore", message="Full backward hook is firing")
+                    assert dp is not None  # pt is made only under DP (above)
                     if dp.grad_sample_mode == "ghost":
                         targets = ghost_targets(net, xb)  # the batch, or the trainable params after a frozen prefix
                         losses = nn.functional.cross_entropy(net(xb), yb, reduction="none")
@@ -207,12 +210,13 @@ def train_local(
                     else:
                         loss = loss_fn(net(xb), yb)
                         loss.backward()
-                if opt.pre_step():  # clip per-sample gradients, add noise, average
+                dp_opt = cast(DPOptimizerLike, opt)  # Opacus' DP optimizer (make_private)
+                if dp_opt.pre_step():  # clip per-sample gradients, add noise, average
                     if anchor is not None:
                         with torch.no_grad():
                             for p, a in zip(params, anchor):
-                                p.grad.add_(p.detach() - a, alpha=proximal_mu)
-                    opt.original_optimizer.step()
+                                cast(torch.Tensor, p.grad).add_(p.detach() - a, alpha=proximal_mu)  # pre_step set it
+                    dp_opt.original_optimizer.step()
             total += float(loss.detach().item()) * len(idx)
             seen += len(idx)
         if on_epoch_end is not None:
@@ -224,7 +228,7 @@ def train_local(
         torch.cuda.synchronize(device)
     seconds = time.perf_counter() - t0
     if pt is not None:
-        pt.model.cleanup()  # remove Opacus hooks so the module can be reused (public; Opacus' _close calls it)
+        cast(Any, pt.model).cleanup()  # remove Opacus hooks so the module can be reused (public; Opacus' _close calls it)
     return TrainStats(total / max(seen, 1), seen, steps, seconds, pt.sample_rate if pt is not None else None,
                       trunk_cached=feats is not None)
 
