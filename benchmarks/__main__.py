@@ -272,10 +272,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--markdown", action="store_true", help="print Markdown with the machine it ran on")
     p.add_argument("--write-readme", action="store_true", help="replace README.md's benchmarks block (implies --markdown)")
     p.add_argument("--readme", type=Path, default=ROOT / "README.md")
-    p.add_argument("--kept", type=Path, default=ROOT / KEPT,
+    p.add_argument("--kept", type=Path, default=None,
                    help="with --write-readme: where the measured rows are kept (benchmarks.json) with the block "
-                        "(benchmarks.md) that python -m flower_apps.report --check compares README.md with")
+                        "(benchmarks.md) that python -m flower_apps.report --check compares README.md with "
+                        f"(default: {KEPT}/ beside the README written)")
     args = p.parse_args(argv)
+    if args.kept is None:  # beside the README it belongs to: a README elsewhere never overwrites the repository's
+        args.kept = args.readme.parent / KEPT
     if args.list:
         for name, fn in BENCHMARKS.items():
             print(f"{name}: {(fn.__doc__ or '').strip()}")

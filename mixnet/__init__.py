@@ -7,8 +7,9 @@ window, key rotation), ``identity`` (signed peer records), ``routing`` /
 ``topology`` / ``peers``, ``outbox`` (mixing), ``messages`` / ``delivery``
 (fragments, acks, exactly-once), ``node`` (one peer, no I/O), ``simulator``
 (virtual time, adversary trace), ``net_*`` (one process per node over TLS),
-``metrics`` (entropy, min-entropy), ``theory`` (gamma_T and the bounds on the
-passive adversary's linking advantage). See ``docs/mixnet.md``.
+``metrics`` (entropy, min-entropy), ``theory`` (our chain-following gamma_T and bound on
+the passive adversary's linking advantage), ``theory_multiplicity`` (the multiplicity form
+of gamma_T, issue 39's reading of the paper). See ``docs/mixnet.md``.
 
 Where it sits: a shared package beside ``privacy`` (its own package because it is an
 asyncio/TLS transport, not the pure math ``privacy`` holds). Arrows point one way:

@@ -1,18 +1,22 @@
-"""Theory beside the measurements: min-entropy, gamma_T and bounds on the passive adversary's linking advantage.
+"""Theory beside the measurements: min-entropy and our chain-following bound on the linking advantage.
 
 Whom this protects against: a *passive global* network adversary (sees every frame's time,
 link and size; knows K, O, mu and the learning topology) that wants to name the sender of a
 fragment delivered to a receiver ``D``, optionally helped by a fraction ``c`` of relays that
-collude with it (Corollary 1). Payload content is out of scope (see the curious-recipient
-attack). Pure functions of numbers only; the trace-based inputs come from
-:func:`mixnet.metrics.relay_min_entropy`.
+collude with it. Payload content is out of scope (see the curious-recipient attack). Pure
+functions of numbers only; the trace-based inputs come from :func:`mixnet.metrics.relay_min_entropy`.
 
-The UnlinkableDFL paper (Feng et al., arXiv 2602.21343, v2) states Theorem 1 / Corollary 1
-in terms of the posterior min-entropy ``H_inf`` of a relay shuffle and a quantity ``gamma_T``;
-the text of v2 was not reachable offline here, so the statement implemented is ours, written
-out in full so that it can be checked (docs/unlinkable_dfl.md, "Theory"):
+**Whose formula.** The UnlinkableDFL paper (Feng et al., arXiv 2602.21343) is said (issues 17,
+39) to state a Theorem 1 and a Corollary 1 with a posterior min-entropy ``H_inf`` and a quantity
+``gamma_T``; its statements could not be read here (only the paper's abstract and introduction are stored
+offline). The bound below is **the project's own**, the *chain-following bound*: it treats
+``gamma_T`` as a probability (that of following the target's chain back to its origin). It
+is not the paper's Theorem 1 (issue 39 reads the paper's ``gamma_T`` as a multiplicity of
+feasible trajectories times ``2^-H_inf``); that form sits beside it in
+:mod:`mixnet.theory_multiplicity`. Our statement, written out so that it can be checked
+(docs/unlinkable_dfl.md, "Which formula"):
 
-* Path length ``k ~ pi`` (``pi_k = 1/K``, the paper's uniform case). A ``k``-hop packet
+* Path length ``k ~ pi`` (``pi_k = 1/K``, the uniform case). A ``k``-hop packet
   passes ``k - 1`` relays between sender and receiver; a 1-hop packet is delivered by its
   sender itself.
 * **Relay shuffle.** At an honest relay the adversary's posterior over which input left as a
@@ -21,18 +25,18 @@ out in full so that it can be checked (docs/unlinkable_dfl.md, "Theory"):
   trace it is the *average* min-entropy ``-log2 E[max_j P(in_j | out)]`` of the Bayes
   posterior under the public hold-time model (Dodis et al.'s average min-entropy: it is the
   log of the Bayes-optimal guessing probability ``p = 2^-H_inf``).
-* **gamma_T** = probability that the adversary follows target ``T`` back to its origin:
-  ``gamma_T = sum_k pi_k p^(k-1)`` (each of the ``k - 1`` relay shuffles guessed
-  independently with probability at most ``p``).
-* **Theorem 1 (our statement).** If, whenever the chain is not followed, the adversary's guess
-  is no better than uniform over the anonymity set ``U_T``, its success probability is at most
-  ``gamma_T + (1 - gamma_T) / |U_T|``, so its advantage over the ``1/|U_T|`` baseline is
-  ``Adv_T <= gamma_T (1 - 1/|U_T|)``.
-* **Corollary 1 (relay compromise).** Each relay colludes independently with probability
-  ``c``; a colluding relay reveals its input-output mapping (``H_inf = 0`` there), so each hop is
+* **Chain-following probability** ``gamma_T = sum_k pi_k p^(k-1)``: the probability that the
+  adversary follows target ``T`` back to its origin (each of the ``k - 1`` relay shuffles
+  guessed independently with probability at most ``p``).
+* **Chain-following bound (ours).** If, whenever the chain is not followed, the adversary's
+  guess is no better than uniform over the anonymity set ``U_T``, its success probability is
+  at most ``gamma_T + (1 - gamma_T) / |U_T|``, so its advantage over the ``1/|U_T|`` baseline
+  is ``Adv_T <= gamma_T (1 - 1/|U_T|)``.
+* **With colluding relays (ours).** Each relay colludes independently with probability ``c``;
+  a colluding relay reveals its input-output mapping (``H_inf = 0`` there), so each hop is
   followed with probability ``c + (1 - c) p`` and
-  ``gamma_T(c) = sum_k pi_k (c + (1 - c) p)^(k-1)``; the bound of Theorem 1 holds with it.
-  ``c = 0`` gives Theorem 1, ``c = 1`` gives ``gamma_T = 1``.
+  ``gamma_T(c) = sum_k pi_k (c + (1 - c) p)^(k-1)``; the chain-following bound holds with it.
+  ``c = 0`` gives the bound above, ``c = 1`` gives ``gamma_T = 1``.
 """
 
 from __future__ import annotations
@@ -81,8 +85,10 @@ def _check_c(compromised: float) -> None:
         raise ValueError(f"compromised must be a fraction in [0, 1], got {compromised}")
 
 
-def gamma_t(h_inf: float, prior: Sequence[float] | np.ndarray, compromised: float = 0.0) -> float:
-    """``gamma_T = sum_k pi_k (c + (1 - c) 2^-H_inf)^(k-1)`` (Theorem 1 at ``c = 0``, Corollary 1 otherwise).
+def chain_following_gamma(h_inf: float, prior: Sequence[float] | np.ndarray, compromised: float = 0.0) -> float:
+    """Chain-following probability (ours) ``gamma_T = sum_k pi_k (c + (1 - c) 2^-H_inf)^(k-1)``.
+
+    A probability in ``(0, 1]``; ``c > 0`` adds colluding relays (module docstring).
 
     Parameters
     ----------
@@ -92,6 +98,11 @@ def gamma_t(h_inf: float, prior: Sequence[float] | np.ndarray, compromised: floa
         Path-length prior ``pi_1..pi_K`` (:func:`path_length_prior`).
     compromised
         Fraction ``c`` of relays colluding with the adversary.
+
+    Returns
+    -------
+    float
+        ``gamma_T``, the probability of following the target's chain back to its origin.
     """
     _check_h(h_inf)
     _check_c(compromised)
@@ -102,8 +113,8 @@ def gamma_t(h_inf: float, prior: Sequence[float] | np.ndarray, compromised: floa
     return float(sum(p * per_hop**k for k, p in enumerate(pi)))
 
 
-def advantage_bound(gamma: float, anonymity_sizes: Sequence[int] | np.ndarray) -> float:
-    """Theorem 1: mean over targets of ``gamma_T (1 - 1/|U_T|)`` (the measured advantage's bound).
+def chain_following_bound(gamma: float, anonymity_sizes: Sequence[int] | np.ndarray) -> float:
+    """Chain-following bound (ours): mean over targets of ``gamma_T (1 - 1/|U_T|)``.
 
     ``anonymity_sizes`` are the ``|U_T|`` of the scored targets (the same sets as the
     measured baseline ``mean 1/|U_T|``), so bound and measurement share one baseline.
@@ -118,13 +129,13 @@ def advantage_bound(gamma: float, anonymity_sizes: Sequence[int] | np.ndarray) -
 
 @dataclass(frozen=True)
 class TheoryRow:
-    """Theory of one mixnet configuration, ready to sit beside its measured advantage."""
+    """Our chain-following theory of one mixnet configuration, ready to sit beside its measured advantage."""
 
     h_inf_bits: float  # per-relay min-entropy used
-    gamma: float  # gamma_T (c = 0)
-    bound: float  # Theorem 1 on the advantage
-    gamma_compromised: dict[float, float]  # Corollary 1: c -> gamma_T(c)
-    bound_compromised: dict[float, float]  # c -> advantage bound
+    gamma: float  # chain-following probability gamma_T (c = 0)
+    bound: float  # chain-following bound on the advantage
+    gamma_compromised: dict[float, float]  # colluding relays: c -> gamma_T(c)
+    bound_compromised: dict[float, float]  # c -> chain-following bound
 
     def as_dict(self, prefix: str) -> dict[str, float]:
         out = {f"{prefix}_h_inf_bits": self.h_inf_bits, f"{prefix}_gamma": self.gamma, f"{prefix}_bound": self.bound}
@@ -136,8 +147,8 @@ class TheoryRow:
 
 def theory_row(h_inf: float, prior: Sequence[float] | np.ndarray, anonymity_sizes: Sequence[int] | np.ndarray,
                compromised: Sequence[float] = (0.1, 0.25)) -> TheoryRow:
-    """Theorem 1 and Corollary 1 for one configuration (see module docstring)."""
-    gamma = gamma_t(h_inf, prior)
-    gc = {float(c): gamma_t(h_inf, prior, float(c)) for c in compromised}
-    return TheoryRow(h_inf, gamma, advantage_bound(gamma, anonymity_sizes), gc,
-                     {c: advantage_bound(g, anonymity_sizes) for c, g in gc.items()})
+    """The chain-following bound (ours), without and with colluding relays, for one configuration."""
+    gamma = chain_following_gamma(h_inf, prior)
+    gc = {float(c): chain_following_gamma(h_inf, prior, float(c)) for c in compromised}
+    return TheoryRow(h_inf, gamma, chain_following_bound(gamma, anonymity_sizes), gc,
+                     {c: chain_following_bound(g, anonymity_sizes) for c, g in gc.items()})

@@ -111,3 +111,48 @@ def pytest_collection_modifyitems(config, items):
         if "shared" in item.keywords and not SHARED_DATA.is_dir():
             item.add_marker(pytest.mark.skip(reason=f"../shared/data not found at {SHARED_DATA}"))
     items.sort(key=_schedule_rank)  # stable: a module's tests keep their order
+
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _repository_files() -> dict[str, tuple[int, int]] | None:
+    """What git keeps here (tracked, or new and not ignored): path -> (size, mtime); None outside a checkout."""
+    import subprocess
+
+    try:
+        out = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=REPO, capture_output=True,
+                             timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if out.returncode != 0:
+        return None
+    files = {}
+    for name in filter(None, out.stdout.decode().split("\0")):
+        try:
+            st = (REPO / name).stat()
+        except FileNotFoundError:
+            continue
+        files[name] = (st.st_size, st.st_mtime_ns)
+    return files
+
+
+def pytest_sessionstart(session):
+    # A test that writes into the repository (a README, a kept results file) corrupts what CI and the docs check
+    # read: it once replaced results_bench/benchmarks.json with a test's fake rows. The controller notes every
+    # kept file before the run and fails the session if one changed (tests write under tmp_path instead).
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        session.config._repository_files = _repository_files()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    before = getattr(session.config, "_repository_files", None)
+    if before is None or os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    after = _repository_files() or {}
+    changed = sorted(n for n in before.keys() | after.keys() if before.get(n) != after.get(n))
+    if changed:
+        shown = ", ".join(changed[:10]) + (f" and {len(changed) - 10} more" if len(changed) > 10 else "")
+        print(f"\nERROR: the test session changed files of the repository: {shown} (a test must write under "
+              "tmp_path; if you edited them during the run, rerun)", flush=True)
+        session.exitstatus = 1

@@ -53,7 +53,7 @@ DATA_FLAGS = (
     KeyFlag("data-fraction", note="of the --dataset's training images; needs --dataset"),
 )
 #: Theory columns a transport result must hold; older results without them are measured again.
-THEORY_KEYS = ("agnostic_trace_bound", "aware_trace_bound", "aware_relay_h_inf_bits")
+THEORY_KEYS = ("agnostic_trace_bound", "aware_trace_bound", "aware_relay_h_inf_bits", "agnostic_trace_mult_bound")
 
 
 @dataclass

@@ -5,6 +5,7 @@ Fake harnesses only: nothing here is timed (STYLE.md: no timed assertions in tes
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -98,6 +99,9 @@ def test_write_readme_regenerates_the_block_with_the_machine(tmp_path, monkeypat
     for piece in ("cores", "torch ", "flwr ", "UTC", "| round | DFL round | 5.00 | 2.00 | 2.50 | ratio <= 1.50 | **no** |"):
         assert piece in text
     assert "| round | FL round |" in capsys.readouterr().out
+    kept = json.loads((tmp_path / "results_bench" / "benchmarks.json").read_text())  # beside that README
+    assert [r["metric"] for r in kept["rows"]] == ["FL round", "DFL round"]
+    assert json.loads((REPO / "results_bench" / "benchmarks.json").read_text()) != kept  # the repository's untouched
 
 
 def test_write_readme_without_markers_fails_before_measuring(tmp_path, monkeypatch):
@@ -119,7 +123,6 @@ def test_exit_status_says_a_benchmark_did_not_run(monkeypatch, capsys):
 def test_the_kept_benchmark_block_is_its_kept_rows():
     """results_bench/benchmarks.md (what README.md's block must equal: flower_apps.report --check) is the rendering
     of the rows kept beside it; an edited row or block fails."""
-    import json
 
     data = json.loads((REPO / "results_bench" / "benchmarks.json").read_text())
     kept = (REPO / "results_bench" / "benchmarks.md").read_text()
@@ -129,7 +132,6 @@ def test_the_kept_benchmark_block_is_its_kept_rows():
 
 
 def test_write_readme_keeps_rows_and_block(tmp_path, monkeypatch):
-    import json
 
     readme = tmp_path / "README.md"
     readme.write_text(f"a\n{bm.START}\nold\n{bm.END}\nb\n")
