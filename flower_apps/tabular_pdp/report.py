@@ -103,8 +103,9 @@ def write_run_table(summary: dict, out: Path) -> str:
     """table3.{csv,md} of one run."""
     rows = []
     for s, v in summary["settings"].items():
-        row: dict[str, object] = {"setting": SETTING_LABEL[s], "MAE": f"{v['final_mae']:.4f}", "MRE": f"{v['final_mre']:.4f}",
-               "paper MAE": PAPER_TABLE3[s][0], "paper MRE": PAPER_TABLE3[s][1]}
+        row: dict[str, object] = {"setting": SETTING_LABEL[s], "MAE": f"{v['final_mae']:.4f}",
+                                  "MRE": f"{v['final_mre']:.4f}", "paper MAE": PAPER_TABLE3[s][0],
+                                  "paper MRE": PAPER_TABLE3[s][1]}
         if s == "vanilla":
             row.update({"sigma (aggregate)": 0, "eps per client (RDP)": "inf", "eps server view": "inf"})
         else:
