@@ -174,6 +174,7 @@ def figure8(rows: list[dict], out: Path, plan_lookup, view: str) -> None:
         grid_rows.append(GridRow(FW_LABEL.get(fw, fw), _cond_label(cond), original,
                                  {a: torch.tensor(r["reconstruction"]) for a, r in recs.items()}))
     if grid_rows:
+        assert mean is not None and std is not None  # typing: the loop set them whenever it added a row
         name = "figure8_reconstructions" + ("" if view == "gradient" else "_noised_update") + ".png"
         save_reconstruction_grid(out / name, grid_rows, ["dlg", "idlg", "invgrad"], mean, std)
 

@@ -13,9 +13,12 @@ from __future__ import annotations
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from flower_apps.common.results import read_json
+
+if TYPE_CHECKING:
+    from flwr.serverapp import Grid
 
 #: canaries of a trial unless overridden. At the smoke preset (N = 10, T = 2), 40 canaries already flag
 #: every fault in FL in 10 of 10 seeds, but a skipped clip in sequential DFL in only 9 of 10 (release-norm
@@ -129,7 +132,8 @@ def audit_replays(seed: int, faults: list[str], preset: str = "smoke", framework
             t0 = time.perf_counter()
             grid = ReplayGrid(recorded["exchanges"], recorded["nodes"])
             with task_identity():
-                server_main(grid, rcfg)
+                # typed in flower_apps/common/replay.py: ReplayGrid is a duck-typed Grid, not a subclass
+                server_main(cast("Grid", grid), rcfg)
             if not grid.finished:
                 raise RuntimeError(f"replay of {fault!r} sent {grid._next} of the {len(grid.exchanges)} recorded messages")
             audit = read_json(run_dir(rcfg) / "audit.json")

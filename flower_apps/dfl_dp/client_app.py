@@ -22,7 +22,7 @@ from flower_apps.dfl_dp.victims import capture, victim_clients
 from models.seeded_init import seeded_init
 from models.small_cnn import build_small_cnn
 from registry.streams import seed_int, torch_generator
-from strategies.records import client_key
+from strategies.records import array_record, client_key, int_list, number
 
 
 def _plan(cfg: DflDpConfig, context: Context | None, name: str):
@@ -52,18 +52,18 @@ def train(msg: Message, context: Context) -> Message:
     """
     t0 = time.perf_counter()
     cfg = DflDpConfig.from_json(str(msg.content["config"]["run-config"]))
-    server_round = int(msg.content["config"]["server-round"])
+    server_round = int(number(msg.content["config"]["server-round"]))
     # Deployment with node-local data: this node's data-path only, never a global plan.
     name = node_name(context)
     try:
         path, plan = _plan(cfg, context, name)
-        client_ids = [int(c) for c in msg.content["config"]["client-ids"]]
+        client_ids = [int(c) for c in int_list(msg.content["config"]["client-ids"])]
         if path is not None and not set(client_ids) <= set(plan.x):
             raise DataError(f"holds clients {sorted(plan.x)}, asked for {client_ids}")
     except DataError as exc:
         return error_reply(msg, name, exc)
     device = pick_device(cfg.device)
-    received = record_to_state(msg.content["arrays"])
+    received = record_to_state(array_record(msg.content["arrays"]))
     c, h, _ = plan.image_shape
     model = build_small_cnn(cfg.seed, c, plan.num_classes, h).to(device)
     model.load_state_dict(received)

@@ -30,7 +30,7 @@ from flower_apps.common.results import (
 from flower_apps.common.torch_utils import pick_device, record_to_state, save_state_dict, state_to_record
 from flower_apps.config import noise_condition
 from flower_apps.dfl_dp.config import ACTION, DflDpConfig
-from flower_apps.dfl_dp.data import eval_plan
+from flower_apps.dfl_dp.data import EvalPlan, eval_plan
 from flower_apps.dfl_dp.metrics import curve_summary
 from flower_apps.dfl_dp.victims import GRAD_PREFIX, STATE_PREFIX, extract, save
 from models.small_cnn import build_small_cnn
@@ -91,6 +91,7 @@ def server_main(grid: Grid, cfg: DflDpConfig) -> dict:
     if cfg.node_local_data:  # the nodes say which clients they hold; each message goes to the holder
         found = discover(grid, ACTION, config_record_for(cfg), cfg.round_timeout, cfg.num_clients)
         client_ids, placement = found.client_ids, found.placement
+        assert isinstance(plan, EvalPlan)  # typing: under node-local-data the plan is eval_plan(cfg) (above)
         for c, counts in found.label_counts().items():
             plan.counts[c] = counts
         write_class_counts(plan, out)
@@ -185,6 +186,7 @@ def server_main(grid: Grid, cfg: DflDpConfig) -> dict:
     if auditor is not None:
         from flower_apps.dfl_dp.audit_report import audit_result, write_audit
 
+        assert canaries is not None and audit_rng is not None  # typing: set with the auditor (audit-canaries)
         audit = audit_result(cfg, canaries, auditor, {r: dict(m) for r, m in last_metrics.items()}, audit_rng,
                              # the study's ledger for the cohort the noise was sized by (N + inserted canaries)
                              account(cfg.framework, cfg.clip_norm, cfg.eps_cal,

@@ -18,6 +18,7 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Message, RecordDict
 
 from attacks.inversion.view import capture_single_example_gradient, trainable_parameters
 from registry import streams
+from strategies.records import number
 
 GRAD_PREFIX, STATE_PREFIX, META_PREFIX = "victim-grad.", "victim-state.", "victim-meta."
 
@@ -59,7 +60,7 @@ def extract(replies: list[Message]) -> list[dict]:
                 meta = c.config_records[key]
                 grad = c.array_records[f"{GRAD_PREFIX}{cid}"]
                 state = c.array_records[f"{STATE_PREFIX}{cid}"]
-                index, label = int(meta["index"]), int(meta["label"])
+                index, label = int(number(meta["index"])), int(number(meta["label"]))
             except (KeyError, ValueError, TypeError):
                 continue
             found.append({

@@ -163,7 +163,7 @@ def membership_rows(model: nn.Module, t: TabularTarget, s: AttackSettings) -> li
 
 def attribute_rows(model: nn.Module, t: TabularTarget, s: AttackSettings) -> list[dict]:
     """Model-based attribute inference for each sensitive attribute present among the model inputs."""
-    rows = []
+    rows: list[dict] = []
     candidates = np.linspace(0.0, 1.0, s.attribute_candidates)  # every encoded feature lies in [0, 1]
     for name in s.attributes:
         if name not in t.features:

@@ -86,7 +86,7 @@ class SettingAudit:
         # test obeys TPR <= e^eps_i FPR + delta <= e^max_eps FPR + delta), with 10x the canaries.
         pooled = dataclasses.replace(self.canaries, groups=np.full(self.canaries.groups.size, -1))
         est_all = estimate(pooled, scores, self.delta, CONFIDENCE, self.rng)
-        clients = {}
+        clients: dict[str, dict] = {}
         for g, ratios in sorted(per_group.items()):
             formal = math.inf if any(math.isinf(x) for x in ratios) else formal_add_remove_epsilon(ratios, self.delta)
             clients[str(g)] = {"eps_formal_add_remove": formal,

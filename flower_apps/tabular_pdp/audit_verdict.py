@@ -52,7 +52,9 @@ underpowered > consistent): a run is consistent only when every audited setting 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 from scipy import stats
@@ -155,7 +157,8 @@ def setting_verdict(setting: str, canaries: CanarySet, weighted: WeightedCanarie
         out[name] = v
 
     everyone = np.ones(canaries.groups.size, dtype=bool)
-    pooled = [reported_sigma_test(reported, sd)]
+    # typed in privacy/audit/verdict.py: reported_sigma_test reads any array-like (np.asarray)
+    pooled = [reported_sigma_test(reported, cast("Sequence[float]", sd))]
     if setting == "pdp":  # every client's noised canaries, each against its own configured sigma_g
         rows = [(r, g, p) for g in groups for r, p in weighted.noised_projections.get(g, []) if r in plans]
         if rows:
@@ -170,10 +173,10 @@ def setting_verdict(setting: str, canaries: CanarySet, weighted: WeightedCanarie
             if mine:
                 extra.append(reported_sigma_test([rounds[r]["sigmas"][g] for r in mine],
                                                  [plans[r].member_sd[g] for r in mine]))
-            rows = [(r, p) for r, p in weighted.noised_projections.get(g, []) if r in plans]
-            if rows:
-                t = honest_noise_power(noise_test(np.stack([p for _, p in rows]),
-                                                  [plans[r].member_sd[g] for r, _ in rows], alpha_group / 5), 0.0)
+            own_rows = [(r, p) for r, p in weighted.noised_projections.get(g, []) if r in plans]
+            if own_rows:
+                t = honest_noise_power(noise_test(np.stack([p for _, p in own_rows]),
+                                                  [plans[r].member_sd[g] for r, _ in own_rows], alpha_group / 5), 0.0)
                 t["test"] = "member-noise"
                 extra.append(t)
         group(str(g), canaries.groups == g, mu[g], extra, 5 if setting == "pdp" else 4)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
+from typing import cast
 
 import torch
 from flwr.app import ConfigRecord, Context, Message, MetricRecord, RecordDict
@@ -45,6 +46,7 @@ from flower_apps.tabular_pdp.data import (
 )
 from flower_apps.tabular_pdp.model import build_model, client_generator, error_sums, train_local
 from privacy.anonymization import AnonymizationError, discretize, privacy_metrics, validate_levels
+from strategies.records import array_record, int_list, number
 
 SA_COLUMN = "severity_sa"
 ANONYMIZE, HARMONIZE = "anonymize", "harmonize"  # its queries besides node_data.DESCRIBE
@@ -67,7 +69,7 @@ def _anonymize(cfg: TabularPdpConfig, key: DataKey, cid: int, conf: ConfigRecord
 
 
 def _harmonize(cfg: TabularPdpConfig, key: DataKey, cid: int, conf: ConfigRecord) -> RecordDict:
-    levels = validate_levels([int(v) for v in conf["levels"]])
+    levels = validate_levels([int(v) for v in int_list(conf["levels"])])
     n = len(client_table(key, cid))
     table, suppressed = anonymized_table(key, cid, levels, cfg.k)
     region = region_of(key, cid)
@@ -83,7 +85,7 @@ def _harmonize(cfg: TabularPdpConfig, key: DataKey, cid: int, conf: ConfigRecord
 
 
 def _data(cfg: TabularPdpConfig, key: DataKey, cid: int, conf: ConfigRecord):
-    levels = validate_levels([int(v) for v in conf["levels"]])
+    levels = validate_levels([int(v) for v in int_list(conf["levels"])])
     poisoned = cfg.poison != "none" and cid == cfg.poison_client
     d = client_data(key, cid, levels, cfg.k, cfg.features, cfg.test_fraction, cfg.seed,
                     cfg.poison if poisoned else "none", cfg.poison_scale)
@@ -91,13 +93,13 @@ def _data(cfg: TabularPdpConfig, key: DataKey, cid: int, conf: ConfigRecord):
 
 
 def _fit(cfg: TabularPdpConfig, key: DataKey, cid: int, msg: Message) -> RecordDict:
-    conf = msg.content["config"]
+    conf = cast(ConfigRecord, msg.content["config"])  # typing only: a RecordDict item is any record
     d, in_features = _data(cfg, key, cid, conf)
     device = pick_device(cfg.device)
     model = build_model(cfg.seed, in_features)
-    model.load_state_dict(record_to_state(msg.content["arrays"]))
+    model.load_state_dict(record_to_state(array_record(msg.content["arrays"])))
     model.to(device)
-    server_round = int(conf["server-round"])
+    server_round = int(number(conf["server-round"]))
     loss = train_local(model, d.x_train, d.y_train, lr=cfg.lr, batch_size=cfg.batch_size, epochs=cfg.local_epochs,
                        generator=client_generator(cfg.seed, server_round, cid), device=device)
     return RecordDict({"arrays": state_to_record(model),
@@ -106,10 +108,10 @@ def _fit(cfg: TabularPdpConfig, key: DataKey, cid: int, msg: Message) -> RecordD
 
 
 def _evaluate(cfg: TabularPdpConfig, key: DataKey, cid: int, msg: Message) -> RecordDict:
-    d, in_features = _data(cfg, key, cid, msg.content["config"])
+    d, in_features = _data(cfg, key, cid, cast(ConfigRecord, msg.content["config"]))
     device = pick_device(cfg.device)
     model = build_model(cfg.seed, in_features)
-    model.load_state_dict(record_to_state(msg.content["arrays"]))
+    model.load_state_dict(record_to_state(array_record(msg.content["arrays"])))
     model.to(device)
     return RecordDict({"metrics": MetricRecord(error_sums(model, d.x_test, d.y_test, device)), "info": _info(cid)})
 
@@ -120,7 +122,7 @@ def _answer(msg: Message, context: Context, kind: str) -> Message:
     ``kind``: ``fit`` (train), ``evaluate``, or a query's name (``anonymize``, ``harmonize``, ``describe-node-data``).
     """
     t0 = time.perf_counter()
-    conf = msg.content["config"]
+    conf = cast(ConfigRecord, msg.content["config"])  # typing only: a RecordDict item is any record
     cfg = TabularPdpConfig.from_json(str(conf["run-config"]))
     # Deployment with node-local data: this node's data-path only (flower_apps/common/node_data.py).
     name = node_name(context)
@@ -131,7 +133,7 @@ def _answer(msg: Message, context: Context, kind: str) -> Message:
             return describe_reply(msg, name, {c: len(t) for c, t in node_tables(key.node_path, name).items()})
     except DataError as exc:
         return error_reply(msg, name, exc)
-    ids = [int(c) for c in conf["client-ids"]]
+    ids = [int(c) for c in int_list(conf["client-ids"])]
     if len(ids) != 1:
         raise ValueError(f"tabular-pdp plays one logical client per message, got {ids}")
     torch.set_num_threads(1)  # a 17k-parameter MLP: more threads only contend for the cores
@@ -148,7 +150,7 @@ def _answer(msg: Message, context: Context, kind: str) -> Message:
         content = _fit(cfg, key, ids[0], msg)
     else:
         content = _evaluate(cfg, key, ids[0], msg)
-    content["info"]["seconds"] = time.perf_counter() - t0
+    cast(ConfigRecord, content["info"])["seconds"] = time.perf_counter() - t0  # _info: a ConfigRecord
     return Message(content, reply_to=msg)
 
 

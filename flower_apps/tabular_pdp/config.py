@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from datasets.cancer import COUNTRY_COUNTS
 from flower_apps.config import ConfigError, check_study_fault, need
@@ -94,7 +94,9 @@ def check_accountant(cfg: TabularPdpConfig) -> None:
                 bad = noise_sd_error("the GDP noise SD n_eps C / m", gdp_sigma(n_eps, v["tab-clip-norm"], cohort))
                 if bad:
                     raise ValueError(bad)
-        return max(gaussian_epsilon(z, v["num-rounds"], v["delta-total"])["eps_rdp"] for z in (n_eps, n_eps / m))
+        # typed in privacy/tabular_accounting.py: its dict says float | None, eps_rdp is always a float
+        return max(cast(float, gaussian_epsilon(z, v["num-rounds"], v["delta-total"])["eps_rdp"])
+                   for z in (n_eps, n_eps / m))
 
     values = {"tab-noise-multiplier": cfg.noise_multiplier, "num-rounds": cfg.num_rounds,
               "delta-total": cfg.delta, "num-clients": cfg.num_clients}

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 from torch import nn
 
 from flower_apps.common.local_training import run_epochs
 from models.seeded_init import seeded_init
 from registry import streams
+
+if TYPE_CHECKING:
+    from flwr.app.typing import MetricRecordValues
 
 
 class SeverityMLP(nn.Module):
@@ -47,7 +52,7 @@ def train_local(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, lr: float
 
 
 @torch.no_grad()
-def error_sums(model: nn.Module, x: torch.Tensor, y: torch.Tensor, device: torch.device) -> dict[str, float]:
+def error_sums(model: nn.Module, x: torch.Tensor, y: torch.Tensor, device: torch.device) -> dict[str, MetricRecordValues]:
     """Sums of absolute, relative (|e| / |y|) and squared errors, and the count."""
     model.eval()
     pred = model(x.to(device)).cpu().double()

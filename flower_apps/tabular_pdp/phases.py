@@ -11,8 +11,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TypeGuard, cast
 
-from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType
+from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord
 from flwr.serverapp import Grid
 
 from flower_apps.common.node_data import query_config
@@ -21,6 +22,7 @@ from flower_apps.tabular_pdp.config import ACTION, TabularPdpConfig
 from privacy.anonymization import harmonize_levels, validate_levels
 from strategies.cohorts import build_messages, plan_cohorts
 from strategies.cohorts import exchange as cohort_exchange
+from strategies.records import int_list, number
 from strategies.reply_rules import DEFAULT_RULES, ReplyRules
 
 log = logging.getLogger("flwr")
@@ -50,9 +52,9 @@ def anonymization_rules(cfg: TabularPdpConfig) -> ReplyRules:
         m = reply.content.metric_records.get("metrics")
         if m is None:
             return None  # a skipped client says why in its info record
-        if "arirec" in m and float(m["arirec"]) > 1.0 / cfg.k * (1 + 1e-9):
+        if "arirec" in m and float(number(m["arirec"])) > 1.0 / cfg.k * (1 + 1e-9):
             return f"arirec = {m['arirec']} exceeds 1/k = {1.0 / cfg.k:g} (a k-anonymous table has classes >= k)"
-        if "k" in m and int(m["k"]) < cfg.k:
+        if "k" in m and int(number(m["k"])) < cfg.k:
             return f"k = {m['k']} below the run's k = {cfg.k}"
         return None
 
@@ -82,7 +84,7 @@ def _reason(reply: Message | None) -> str:
     return str(reply.content["info"].get("reason", ""))
 
 
-def _ok(reply: Message | None) -> bool:
+def _ok(reply: Message | None) -> TypeGuard[Message]:
     return reply is not None and not reply.has_error() and reply.content["info"]["status"] == "ok"
 
 
@@ -115,9 +117,9 @@ def anonymize_and_harmonize(grid: Grid, cfg: TabularPdpConfig, client_ids: Seque
         replies = query(grid, cfg, client_ids, ANONYMIZE, placement=placement)
         for cid, r in replies.items():
             if _ok(r):
-                m = r.content["metrics"]
-                own[cid] = {"levels": [int(v) for v in m["levels"]], "suppressed": int(m["suppressed"]),
-                            "n_records": int(m["n-records"])}
+                m = cast(MetricRecord, r.content["metrics"])  # typing only: a RecordDict item is any record
+                own[cid] = {"levels": [int(v) for v in int_list(m["levels"])], "suppressed": int(number(m["suppressed"])),
+                            "n_records": int(number(m["n-records"]))}
                 regions[cid] = str(r.content["info"]["region"])
             else:
                 skipped[cid] = _reason(r)

@@ -9,7 +9,9 @@ paper's ranges, and the detector's detection and false-positive rates per poison
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 
@@ -101,8 +103,9 @@ def write_run_table(summary: dict, out: Path) -> str:
     """table3.{csv,md} of one run."""
     rows = []
     for s, v in summary["settings"].items():
-        row = {"setting": SETTING_LABEL[s], "MAE": f"{v['final_mae']:.4f}", "MRE": f"{v['final_mre']:.4f}",
-               "paper MAE": PAPER_TABLE3[s][0], "paper MRE": PAPER_TABLE3[s][1]}
+        row: dict[str, object] = {"setting": SETTING_LABEL[s], "MAE": f"{v['final_mae']:.4f}",
+                                  "MRE": f"{v['final_mre']:.4f}", "paper MAE": PAPER_TABLE3[s][0],
+                                  "paper MRE": PAPER_TABLE3[s][1]}
         if s == "vanilla":
             row.update({"sigma (aggregate)": 0, "eps per client (RDP)": "inf", "eps server view": "inf"})
         else:
@@ -201,7 +204,7 @@ def rule_sensitivity_rows(summaries: list[dict], ratios=(1.0, 1.25, 1.5, 2.0)) -
         for s in summaries:
             d = s["drift"]
             med = np.asarray(d["median_divergence"])
-            z = robust_z_scores(med)
+            z = robust_z_scores(cast("Sequence[float]", med))  # typed in privacy/drift.py: reads any array-like
             r = med / np.median(med)
             flagged.append([c for c, zi, ri in zip(d["client_ids"], z, r) if zi > d["threshold"] and ri >= ratio])
             poisoned.append(s["poisoned_client"])

@@ -17,11 +17,13 @@ import logging
 import time
 import warnings
 from collections import OrderedDict
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
 from flwr.app import ArrayRecord
 from flwr.serverapp import Grid
+from flwr.serverapp.strategy import Strategy
 
 from datasets.cancer import describe_source
 from flower_apps.common.node_data import RoundErrors, discover
@@ -55,7 +57,7 @@ from strategies.cohorts import round_problems, wait_for_nodes
 from strategies.drift_guard import DriftGuard
 from strategies.layer import set_reply_rules
 from strategies.personalized_clipping import PersonalizedServerSideClipping
-from strategies.records import from_numpy, to_numpy
+from strategies.records import array_record, from_numpy, number, to_numpy
 from strategies.reply_rules import ReplyRules
 from strategies.server_fixed_clipping import ServerSideFixedClipping
 
@@ -79,7 +81,7 @@ def is_complete(cfg: TabularPdpConfig) -> bool:
     return run_finished(run_dir(cfg), cfg)
 
 
-def weighted_mean(models: dict[int, OrderedDict], weights: dict[int, float]) -> OrderedDict:
+def weighted_mean(models: dict[int, OrderedDict], weights: Mapping[int, float]) -> OrderedDict:
     """FedAvg of client models (weights = train sizes), accumulated in float64."""
     total = float(sum(weights[c] for c in models))
     first = next(iter(models.values()))
@@ -102,7 +104,7 @@ def fit_rules(records: dict[int, int] | None = None, committed: dict[int, int] |
 
 def local_fit(grid: Grid, cfg: TabularPdpConfig, clients: list[int], arrays: ArrayRecord, levels, server_round: int,
               records: dict[int, int] | None = None, placement: dict[int, int] | None = None,
-              ) -> tuple[dict[int, OrderedDict], dict[int, int], dict[int, str]]:
+              ) -> tuple[dict[int, OrderedDict], dict[int, int], dict[int, str | None]]:
     """One local training round outside the strategy loop: (models, train sizes, failures)."""
     replies = exchange(grid, clients, arrays, message_config(cfg, levels, server_round), cfg.round_timeout,
                        fit_rules(records), placement=placement)
@@ -111,8 +113,8 @@ def local_fit(grid: Grid, cfg: TabularPdpConfig, clients: list[int], arrays: Arr
         if r is None or r.has_error():
             failed[cid] = "no reply" if r is None else r.error.reason
             continue
-        models[cid] = to_numpy(r.content["arrays"])
-        sizes[cid] = int(r.content["metrics"]["num-examples"])
+        models[cid] = to_numpy(array_record(r.content["arrays"]))
+        sizes[cid] = int(number(r.content["metrics"]["num-examples"]))
     return models, sizes, failed
 
 
@@ -123,6 +125,7 @@ def _strategy(setting: str, cfg: TabularPdpConfig, clients: list[int], clip_norm
     # seeded, mixed with the run's config hash (no two grid points share noise).
     rng = NoiseSource(cfg.noise_seed_file, noise_condition(cfg)).numpy_generator(STREAM_TABULAR_SERVER, cfg.seed,
                                                                                  SETTING_CODE[setting])
+    strat: Strategy
     if setting == "vanilla":
         strat = base
     elif setting == "gdp":
@@ -193,7 +196,7 @@ def _accounting(setting: str, cfg: TabularPdpConfig, dp: ClippingWrapper, base: 
                 sizes: dict[int, int]) -> dict:
     contributed = sorted({c for cs in base.contributors.values() for c in cs})
     rounds = {c: sum(c in cs for cs in base.contributors.values()) for c in contributed}
-    weights = {c: sizes[c] for c in contributed}
+    weights: dict[int, float] = {c: sizes[c] for c in contributed}
     if not contributed:
         return {"accounting": {}}
     # Audit canaries (docs/audit.md) share the FedAvg mean: their weight (pseudo-client -1, dropped
@@ -274,7 +277,7 @@ def server_main(grid: Grid, cfg: TabularPdpConfig) -> dict:
 
     # (C) clip-norm estimate (paper, Sec. VI): FedAvg without DP, train again, quantile of ||w_i - w_bar||
     norms: dict[int, float] = {}
-    failed2: dict[int, str] = {}
+    failed2: dict[int, str | None] = {}  # None: an error reply without a reason (flwr Error.reason)
     clip_est: float | None = None
     if cfg.settings:  # detection-only runs (sweep's drift demonstration) stop after (B)
         w_bar = weighted_mean({c: models[c] for c in participants}, sizes)

@@ -18,6 +18,7 @@ from flwr.serverapp.strategy import FedAvg
 
 from strategies.cohorts import check_replies
 from strategies.fixed_cohort import FixedCohort
+from strategies.records import number
 
 log = logging.getLogger(__name__)
 
@@ -51,15 +52,15 @@ class CohortFedAvg(FixedCohort, FedAvg):
             log.warning("round %d: no evaluation from client %d: %s", server_round, cid, why)
         if not checked.contributors:
             return None
-        sums = {"abs-err-sum": 0.0, "rel-err-sum": 0.0, "sq-err-sum": 0.0, "num-examples": 0}
+        sums: dict[str, float] = {"abs-err-sum": 0.0, "rel-err-sum": 0.0, "sq-err-sum": 0.0, "num-examples": 0}
         self.per_client_eval = {}
         for cid in checked.contributors:
             m = checked.reply_of[cid].content["metrics"]
-            n = int(m["num-examples"])
-            self.per_client_eval[cid] = {"mae": float(m["abs-err-sum"]) / n, "mre": float(m["rel-err-sum"]) / n,
-                                         "n": n}
+            n: float = int(number(m["num-examples"]))  # an int; float: n is also the pooled count below
+            self.per_client_eval[cid] = {"mae": float(number(m["abs-err-sum"])) / n,
+                                         "mre": float(number(m["rel-err-sum"])) / n, "n": n}
             for k in sums:
-                sums[k] += m[k]
+                sums[k] += number(m[k])
         n = sums["num-examples"]
         return MetricRecord({"test-mae": sums["abs-err-sum"] / n, "test-mre": sums["rel-err-sum"] / n,
                              "test-rmse": (sums["sq-err-sum"] / n) ** 0.5, "num-examples": n})

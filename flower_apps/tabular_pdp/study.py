@@ -75,6 +75,6 @@ KEYS = KeyTable(STUDY, (
         doc="injected drift: shift-targets (y + 3 SD), flip-targets (y -> max + min - y), scale-features"),
     Key("tab-poison-client", 0, int, ge=0, field="poison_client", doc="the poisoned client (< num-clients)"),
     Key("tab-poison-scale", 3.0, float, gt=0, field="poison_scale", doc="strength of the injected drift"),
-    Key("tab-audit-canaries", 0, int, ge=0, field="audit_canaries", roles={"probe"},
+    Key("tab-audit-canaries", 0, int, ge=0, field="audit_canaries", roles=frozenset({"probe"}),
         doc="empirical privacy audit of GDP/PDP: canary clients per client (even, >= 4; half inserted), 0 = none"),
 ))
