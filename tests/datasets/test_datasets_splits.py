@@ -87,7 +87,7 @@ def test_data_a_partition_cannot_serve_is_a_one_line_refusal():
 
     labels = np.array([0, 0, 1, 1, 2])
     for call in (lambda: partition("iid", labels, 6, 0),
-                 lambda: partition("dirichlet", labels, 5, 0, alpha=0.01, min_size=1, max_attempts=3)):
+                 lambda: partition("dirichlet", labels, 5, 0, alpha=0.01, min_size=2)):
         with pytest.raises(DataError) as info:
             call()
         record = logging.LogRecord("flwr", logging.ERROR, __file__, 1, "ServerApp failed", None,
