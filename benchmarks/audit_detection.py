@@ -107,9 +107,10 @@ def run_seed(study: str, preset: str, unit: str, faults: list[str], seed: int, r
         got = audit_trials([(f, seed) for f in faults], sp, unit)
         return [_trial_row(study, preset, unit, f, seed, a, a["trial"]["wall_seconds"]) for f, a in zip(faults, got)]
     if study == "tabular-pdp":
-        from flower_apps.tabular_pdp.audit_trial import audit_trials
+        # its own name: the dfl-dp audit_trials above has another signature (mypy types a name once per function)
+        from flower_apps.tabular_pdp.audit_trial import audit_trials as tabular_audit_trials
 
-        got = audit_trials([(f, seed) for f in faults], sp)
+        got = tabular_audit_trials([(f, seed) for f in faults], sp)
         return [_trial_row(study, preset, unit, f, seed, a, a["trial"]["wall_seconds"]) for f, a in zip(faults, got)]
     if study == "ultrasound":
         from flower_apps.ultrasound.audit_trial import audit_trial

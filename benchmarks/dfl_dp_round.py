@@ -33,6 +33,7 @@ import sys
 import time
 from datetime import datetime
 from pathlib import Path
+from typing import TYPE_CHECKING, cast
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -47,6 +48,9 @@ from flower_apps.router import prepare
 from models.seeded_init import seeded_init
 from models.small_cnn import build_small_cnn
 from registry import streams
+
+if TYPE_CHECKING:  # flwr is imported where the Flower rounds run
+    from flwr.app import Message
 
 TARGETS = {"fl": 1.3, "sequential-dfl": 1.5}
 FULL = {"clients": 100, "data_fraction": 1.0, "rounds": 3}
@@ -109,8 +113,8 @@ class HopProbe:
 
     def __init__(self, grid) -> None:
         self._grid = grid
-        self.pushed: dict[str, tuple[float, object]] = {}  # message id -> (time, message)
-        self.replies: list[tuple[float, float, object]] = []  # (seen, previous empty pull, reply)
+        self.pushed: dict[str, tuple[float, Message]] = {}  # message id -> (time, message)
+        self.replies: list[tuple[float, float, Message]] = []  # (seen, previous empty pull, reply)
         self.pulls = 0
         self._last_pull = 0.0
 
@@ -141,7 +145,7 @@ class HopProbe:
             t_push, msg = self.pushed[reply.metadata.reply_to_message_id]
             delivered = datetime.fromisoformat(msg.metadata.delivered_at).timestamp()
             created = reply.metadata.created_at
-            train_s = float(reply.content["metrics"]["train-seconds"])
+            train_s = float(cast("int | float", reply.content["metrics"]["train-seconds"]))  # a MetricRecord value
             nxt = self.replies[i + 1] if i + 1 < len(self.replies) else None
             t_next = self.pushed[nxt[2].metadata.reply_to_message_id][0] if nxt else None
             out.append({
@@ -191,7 +195,8 @@ def flower_rounds(cfg, num_cpus: float, probe_hops: bool = False,
                 prof.enable()
             return None
 
-        strategy.start(probe or grid, initial, num_rounds=cfg.num_rounds, train_config=config_record(asdict(cfg)),
+        # a HopProbe is a Grid by composition (__getattr__ forwards the rest)
+        strategy.start(cast(Grid, probe or grid), initial, num_rounds=cfg.num_rounds, train_config=config_record(asdict(cfg)),
                        evaluate_fn=evaluate_fn)
         if probe is not None:
             hops.extend(probe.hops())

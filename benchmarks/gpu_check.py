@@ -194,7 +194,7 @@ def child(study: str, device: str, num_gpus: float, timeout: float, workdir: Pat
     try:
         with open(log, "w") as fh:
             proc = subprocess.run(cmd, cwd=REPO, env=env, stdout=fh, stderr=subprocess.STDOUT, timeout=timeout)
-        rc = proc.returncode
+        rc: int | str = proc.returncode  # the exit status, or "timeout"
     except subprocess.TimeoutExpired:
         rc = "timeout"
     finally:

@@ -26,7 +26,9 @@ import statistics
 import sys
 import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
@@ -45,12 +47,12 @@ TARGET_RATIO = 2.0  # DP-SGD (ghost) step / non-private step, every default back
 def build(arch: str, size: int, classes: int = 2) -> nn.Module:
     import timm
 
-    kw = {"img_size": size} if ARCHS[arch].takes_img_size else {}
+    kw: dict[str, Any] = {"img_size": size} if ARCHS[arch].takes_img_size else {}
     with seeded_init(0):
         return timm.create_model(arch, num_classes=classes, **kw)
 
 
-def interleaved_times(steps: dict[str, object], warmup: int, reps: int, device: torch.device,
+def interleaved_times(steps: dict[str, Callable[[], object]], warmup: int, reps: int, device: torch.device,
                       clock: str) -> dict[str, list[float]]:
     """Seconds per step of every variant, one entry per repetition, measured round-robin (rep 1 of each,
     rep 2 of each, ...) so that a change in load hits all variants alike. ``clock='cpu'`` counts this
@@ -72,7 +74,7 @@ def interleaved_times(steps: dict[str, object], warmup: int, reps: int, device: 
     return times
 
 
-def interleaved_min_times(steps: dict[str, object], warmup: int, reps: int, device: torch.device,
+def interleaved_min_times(steps: dict[str, Callable[[], object]], warmup: int, reps: int, device: torch.device,
                           clock: str) -> dict[str, float]:
     """The minimum over ``reps`` of :func:`interleaved_times` (noise on a shared machine only adds time)."""
     return {k: min(v) for k, v in interleaved_times(steps, warmup, reps, device, clock).items()}
@@ -169,8 +171,8 @@ def main(argv: list[str] | None = None) -> int:
           f"{clock} clock, min (median) of {args.reps} interleaved steps after {args.warmup} warm-up")
     print(f"{'arch':24s} {'variant':28s} {'s/step':>9s} {'vs non-private':>15s} {'median':>8s}")
     for arch in args.archs:
-        steps: dict[str, object] = {"non-private (as built)": plain_step_fn(build(arch, args.image_size).to(device)
-                                                                            .train(), x, y)}
+        steps: dict[str, Callable[[], object]] = {
+            "non-private (as built)": plain_step_fn(build(arch, args.image_size).to(device).train(), x, y)}
         fixed, _ = make_opacus_compatible(build(arch, args.image_size))
         fixed = fixed.to(device).train()
         steps["non-private (GroupNorm)"] = plain_step_fn(copy.deepcopy(fixed), x, y)

@@ -25,7 +25,7 @@ import argparse
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -67,8 +67,9 @@ def _export_dfl_dp(cfg, blocks: list[list[int]], out: Path) -> dict[str, Any]:
         write_image_node(out / f"node-{i}" / "dfl-dp",
                          {c: (x_train[raw.clients[c]], y_train[raw.clients[c]]) for c in block},
                          ds.num_classes, ds.mean, ds.std, node=f"node-{i}")
+    # typed in datasets/node_local.py: write_npz takes **ndarray; np.savez stores the int64 scalar as a 0-d array
     ev = write_npz(out / "coordinator" / "dfl-dp" / EVAL_FILE, x=np.asarray(raw.x_test),
-                   y=np.asarray(raw.y_test, np.int64), num_classes=np.int64(ds.num_classes),
+                   y=np.asarray(raw.y_test, np.int64), num_classes=cast(np.ndarray, np.int64(ds.num_classes)),
                    mean=np.asarray(ds.mean, float), std=np.asarray(ds.std, float))
     return {"node-local-data": True, "eval-data-path": str(ev)}
 
@@ -82,8 +83,9 @@ def _export_unlinkable_dfl(cfg, blocks: list[list[int]], out: Path) -> dict[str,
                          {c: (r.x[r.node_indices[c]], r.y[r.node_indices[c]]) for c in block},
                          r.num_classes, r.mean, r.std, node=f"node-{i}")
     # The test set in the simulation's fixed order: the coordinator evaluates every node on its prefix.
+    # typed in datasets/node_local.py: write_npz takes **ndarray (the int64 scalar is stored as a 0-d array)
     ev = write_npz(out / "coordinator" / "unlinkable-dfl" / EVAL_FILE, x=np.asarray(r.x_test),
-                   y=np.asarray(r.y_test, np.int64), num_classes=np.int64(r.num_classes),
+                   y=np.asarray(r.y_test, np.int64), num_classes=cast(np.ndarray, np.int64(r.num_classes)),
                    mean=np.asarray(r.mean, float), std=np.asarray(r.std, float))
     return {"node-local-data": True, "eval-data-path": str(ev)}
 

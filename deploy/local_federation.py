@@ -197,7 +197,8 @@ class LocalFederation:
         deadline = time.monotonic() + self.startup_timeout
         for h in handles:
             self.wait_for_log(h.process, rf"SuperNode ID: {h.node_id}\b", max(1.0, deadline - time.monotonic()))
-        status = self.node_status()
+        # Any keys: a handle of a never-registered key has node_id None, which .get simply finds absent (offline)
+        status: dict[Any, str] = self.node_status()
         offline = {h.name: status.get(h.node_id) for h in handles if status.get(h.node_id) != "online"}
         if offline:
             raise RuntimeError(f"SuperNodes not online at the SuperLink: {offline}\n{self.report()}")

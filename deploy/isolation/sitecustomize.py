@@ -32,7 +32,7 @@ def _install() -> None:
         finally:
             os.close(fd)
 
-    busy = []
+    busy: list[int] = []
 
     def hook(event: str, args: tuple) -> None:
         if event != "open" or busy or not isinstance(args[0], (str, bytes, os.PathLike)):

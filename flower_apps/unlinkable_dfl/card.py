@@ -81,7 +81,9 @@ def collect_unlinkable_dfl(study_dir: Path) -> list[dict]:
     # run) is one measurement, not two seeds: the first one found counts.
     seen: set[tuple] = set()
     learning = [(k, rec) for k, rec in learning
-                if (rec["condition"], rec["seed"]) not in seen and not seen.add((rec["condition"], rec["seed"]))]
+                # set.add returns None: `not seen.add(...)` records the key and keeps the row (dedup idiom)
+                if (rec["condition"], rec["seed"]) not in seen
+                and not seen.add((rec["condition"], rec["seed"]))]  # type: ignore[func-returns-value]
     out = [rec for _, rec in learning]
     for f in sorted((study_dir / "transport").glob("*.json")):
         measured = read_json(f)

@@ -27,6 +27,7 @@ holds no test set).
 from __future__ import annotations
 
 import time
+from typing import Any, cast
 
 import numpy as np
 from flwr.app import ConfigRecord, Context, Message, MetricRecord, RecordDict
@@ -49,7 +50,7 @@ from flower_apps.unlinkable_dfl.node import (
 )
 from flower_apps.unlinkable_dfl.node import evaluate as evaluate_model  # not a handler: no evaluate.unlinkable_dfl
 from strategies.cohorts import client_ids_of
-from strategies.records import client_key
+from strategies.records import array_record, client_key, int_list, number
 
 STREAM_QUANT, STREAM_SENDS, STREAM_BYZ = "unlinkable-dfl.quantization", "unlinkable-dfl.sends", "unlinkable-dfl.byzantine-values"
 
@@ -79,7 +80,7 @@ def query(msg: Message, context: Context) -> Message:
 
 def train(msg: Message, context: Context) -> Message:
     """Dispatch on the step (``phase``) named in the message."""
-    conf = msg.content["config"]
+    conf = cast(ConfigRecord, msg.content["config"])  # a RecordDict item is typed as any record
     cfg = UdflConfig.from_json(str(conf["run-config"]))
     name = node_name(context)
     try:  # deployment: this node's data-path only, never the global partition
@@ -90,22 +91,22 @@ def train(msg: Message, context: Context) -> Message:
         return error_reply(msg, name, exc)
     phase = str(conf["phase"])
     if phase == "train":
-        out = _train_phase(cfg, plan, msg.content, int(conf["server-round"]))
+        out = _train_phase(cfg, plan, msg.content, int(number(conf["server-round"])))
     elif phase == "aggregate":
-        out = _aggregate_phase(cfg, plan, msg.content, int(conf["server-round"]))
+        out = _aggregate_phase(cfg, plan, msg.content, int(number(conf["server-round"])))
     else:
         raise ValueError(f"phase must be 'train' or 'aggregate', got {phase!r}")
     return Message(out, reply_to=msg)
 
 
 def _train_phase(cfg: UdflConfig, plan, content: RecordDict, round_: int) -> RecordDict:
-    conf = content["config"]
-    byzantine = {int(i) for i in conf.get("byzantine-ids", [])}
+    conf = cast(ConfigRecord, content["config"])
+    byzantine = {int(i) for i in int_list(conf.get("byzantine-ids", []))}
     out = RecordDict()
     for node in client_ids_of(conf):
         t0, c0 = time.perf_counter(), time.process_time()
         model = _model_for(cfg, plan)
-        model.load_state_dict(record_to_state(content[client_key(node)]))
+        model.load_state_dict(record_to_state(array_record(content[client_key(node)])))
         x, y = plan.node_data(node)
         loss, seen = train_local(model, x, y, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay,
                                  batch_size=cfg.batch_size, epochs=cfg.local_epochs,
@@ -124,7 +125,7 @@ def _train_phase(cfg: UdflConfig, plan, content: RecordDict, round_: int) -> Rec
         # share: the node sends no fragments this round (and its accuracy shows the damage).
         fragments = [] if diverged else encode_state(shared, layout, round_, cfg.encoding,
                                                      node_generator(cfg.seed, round_, node, STREAM_QUANT))
-        peers = [] if diverged else [int(p) for p in conf.get(f"peers.{node}", [])]
+        peers = [] if diverged else [int(p) for p in int_list(conf.get(f"peers.{node}", []))]
         share = 1.0 if cfg.mode == "baseline" else cfg.share_ratio
         sends = choose_sends(peers, layout.count, share, node_generator(cfg.seed, round_, node, STREAM_SENDS)) \
             if peers else []
@@ -140,19 +141,21 @@ def _train_phase(cfg: UdflConfig, plan, content: RecordDict, round_: int) -> Rec
 
 
 def _aggregate_phase(cfg: UdflConfig, plan, content: RecordDict, round_: int) -> RecordDict:
-    conf = content["config"]
+    conf = cast(ConfigRecord, content["config"])
     # node-local: no test set on the node; the coordinator evaluates the returned model (server_app)
+    x_test: Any  # both None (node-local) or both tensors: mypy cannot tie y_test's None to x_test's
+    y_test: Any
     x_test, y_test = (None, None) if cfg.node_local_data else plan.test_subset(cfg.eval_samples)
     out = RecordDict()
     for node in client_ids_of(conf):
         c0, t0 = time.process_time(), time.perf_counter()
         model = _model_for(cfg, plan)
-        state = record_to_state(content[client_key(node)])
+        state = record_to_state(array_record(content[client_key(node)]))
         keys = shareable_keys(model)
         local = state_vector(state, keys)
         layout = fragment_layout(len(local), cfg.payload_size, cfg.encoding)
-        inbox = content[f"inbox.{node}"]
-        payloads = [bytes(b) for b in inbox["fragments"]] if "fragments" in inbox else []
+        inbox = cast(ConfigRecord, content[f"inbox.{node}"])
+        payloads = [bytes(b) for b in cast("list[bytes]", inbox["fragments"])] if "fragments" in inbox else []
         vector, stats = aggregate(local, layout, round_, payloads, cfg.aggregator, cfg.krum_budget,
                                   cfg.krum_fallback)
         model.load_state_dict(load_vector(state, keys, vector))

@@ -25,14 +25,14 @@ def _group(items: list[dict], key: Callable[[dict], tuple]) -> dict[tuple, list[
     return dict(sorted(group_by(items, key).items(), key=lambda kv: tuple(str(x) if x is None else x for x in kv[0])))
 
 
-def _cell(runs: list[dict], key: str | Callable[[dict], float], scale: float = 1.0, digits: int = 3) -> str:
+def _cell(runs: list[dict], key: str | Callable[[dict], float | None], scale: float = 1.0, digits: int = 3) -> str:
     return seed_cell([(key(r) if callable(key) else r.get(key)) for r in runs], digits, scale)
 
 
-def _mean(runs: list[dict], key: str | Callable[[dict], float]) -> float:
+def _mean(runs: list[dict], key: str | Callable[[dict], float | None]) -> float:
     vals = [(key(r) if callable(key) else r.get(key)) for r in runs]
-    vals = [float(v) for v in vals if v is not None and np.isfinite(float(v))]
-    return float(np.mean(vals)) if vals else float("nan")
+    finite = [float(v) for v in vals if v is not None and np.isfinite(float(v))]
+    return float(np.mean(finite)) if finite else float("nan")
 
 
 def _lines(groups: dict, x_of, y_of, series_of, path: Path, xlabel: str, ylabel: str, title: str,

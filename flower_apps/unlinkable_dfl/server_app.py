@@ -25,6 +25,7 @@ import logging
 import math
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord
@@ -115,7 +116,7 @@ def reply_rules(cfg: UdflConfig, phase: str) -> ReplyRules:
 
 def _exchange(grid: Grid, cfg: UdflConfig, phase: str, round_: int, nodes: list[int], per_node: dict,
               supernodes: list[int], extra: dict | None = None, placement: dict[int, int] | None = None,
-              errors: RoundErrors | None = None) -> tuple[dict[str, object], set[int]]:
+              errors: RoundErrors | None = None) -> tuple[dict[str, Any], set[int]]:
     """One message per cohort of logical nodes; returns the merged reply records and the failed nodes.
 
     Each message carries the records of the nodes it asks for (``client-ids``); a reply must
@@ -149,7 +150,7 @@ def _exchange(grid: Grid, cfg: UdflConfig, phase: str, round_: int, nodes: list[
         node, why = min(lost.items())
         raise RuntimeError(f"{len(checked.problem_of)} node(s) failed in phase {phase}, round {round_}; "
                            f"node {node}: {why}")
-    merged: dict[str, object] = {}
+    merged: dict[str, Any] = {}  # Array/Config/MetricRecords by key: the caller reads each as its phase wrote it
     for reply in checked.valid:
         for key, rec in reply.content.items():
             merged[key] = rec

@@ -22,8 +22,10 @@ import hashlib
 import json
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from flower_apps.common.results import atomic_write_json, read_json
 from flower_apps.common.sweep import (
@@ -65,13 +67,13 @@ class Plan:
 
 
 def _grid(**axes) -> list[dict]:
-    out = [{}]
+    out: list[dict] = [{}]
     for key, values in axes.items():
         out = [{**o, key: v} for o in out for v in values]
     return out
 
 
-TRANSPORTS = {"mixnet": {"udfl-mixnet": True}, "direct": {"udfl-mixnet": False},
+TRANSPORTS: dict[str, dict[str, Any]] = {"mixnet": {"udfl-mixnet": True}, "direct": {"udfl-mixnet": False},
               "baseline": {"udfl-mode": "baseline"}}
 
 
@@ -146,7 +148,7 @@ def learning_outbox(scale: str) -> int:
 
 
 def build_configs(runs: list[dict], scale: str, seeds: range, results_dir: str,
-                  data: dict | None = None, sets: list[tuple[str, object]] = ()) -> list[UdflConfig]:
+                  data: dict | None = None, sets: Sequence[tuple[str, object]] = ()) -> list[UdflConfig]:
     """Validated configs: defaults < the scale's preset < the sweep's data knobs and ``--set`` < the experiment's knobs."""
     overrides = sweep_overrides(STUDY, scale, results_dir, data or {}, sets)
     return [build_config(run_keys(overrides, {**run, "seed": seed})) for seed in seeds for run in runs]

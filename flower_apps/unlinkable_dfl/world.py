@@ -24,6 +24,7 @@ import random
 import time
 import warnings
 from dataclasses import dataclass, field, replace
+from typing import cast
 
 import numpy as np
 
@@ -74,15 +75,15 @@ class World:
             if cfg.churn_leave > 0:
                 raise ValueError("the networked transport runs without churn: set udfl-churn-leave 0")
             # the simulator's topology derivation, so both transports give the same learning graph
-            self.topology = make_topology(cfg.topology, cfg.num_nodes, cfg.degree,
-                                          random.Random(f"{cfg.seed}/topology"))
+            self.topology: Topology = make_topology(cfg.topology, cfg.num_nodes, cfg.degree,
+                                                    random.Random(f"{cfg.seed}/topology"))
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 self.net = create_transport(replace(mixnet_config(cfg), transport="network"), cfg.num_nodes,
                                             seed=cfg.seed)
         elif self.kind == "baseline":
-            self.topology: Topology = make_topology(cfg.topology, cfg.num_nodes, cfg.degree,
-                                                    random.Random(f"{cfg.seed}/topology"))
+            self.topology = make_topology(cfg.topology, cfg.num_nodes, cfg.degree,
+                                          random.Random(f"{cfg.seed}/topology"))
         else:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # "cover off" warning: intended for the direct transport
@@ -157,10 +158,10 @@ class World:
             mid = sim.send(src, dst, payload)
             self._msg[mid] = (src, dst, round_)
             ids.append(mid)
-        for node, offset in sorted(departures.items(), key=lambda kv: kv[1]):
+        for gone, offset in sorted(departures.items(), key=lambda kv: kv[1]):
             sim.run_until(t0 + offset)
-            sim.leave(node)
-            self.alive.discard(node)
+            sim.leave(gone)
+            self.alive.discard(gone)
         sim.run_until_idle(max_time=t0 + self.cfg.virtual_round_timeout)
         records = sim.message_records()
         this = [records[m] for m in ids]
@@ -177,7 +178,7 @@ class World:
             sent_by[i] = [self._msg.get(m.message_id, (-1, -1, -1))[0] for m in new]
         after = sim.node_stats()
         delivery = RoundDelivery(inbox, sent_by, len(sends), len(done),
-                                 max((r.delivered for r in done), default=t0) - t0,
+                                 max((cast(float, r.delivered) for r in done), default=t0) - t0,  # done: not None
                                  departed=sorted(departures))
         for i, s in after.items():
             b = before.get(i) if self._same_incarnation(i, before) else None
@@ -190,6 +191,7 @@ class World:
     def _deliver_network(self, round_: int, sends: list[tuple[int, int, bytes]]) -> RoundDelivery:
         """One round over the node processes; ``network_s`` is real seconds until every fragment is acked."""
         net = self.net
+        assert net is not None  # deliver() calls this only with a networked transport
         before = net.node_stats()
         t0 = time.monotonic()
         ids = []
@@ -221,6 +223,7 @@ class World:
         return delivery
 
     def _same_incarnation(self, node: int, before: dict) -> bool:
+        assert self.sim is not None  # called by deliver() on the simulated transport only
         return node in before and before[node]["obj"] is self.sim.nodes[node].stats
 
     def _deliver_baseline(self, sends: list[tuple[int, int, bytes]], departures: dict[int, float]) -> RoundDelivery:
