@@ -144,6 +144,14 @@ def audit_overhead() -> list[dict]:
     return fn(quick=True) if fn else [skipped_row("audit-overhead", why)]
 
 
+@BENCHMARKS.decorator("partition")
+def partition_scale() -> list[dict]:
+    """Dirichlet partition of 40,000-400,000 labels for N = 100 ... 100,000 clients (a minimum per client
+    guaranteed) over one draw's bare Dirichlet calls (issue 40)."""
+    fn, why = _harness("partition_scale")
+    return fn() if fn else [skipped_row("partition", why)]
+
+
 @BENCHMARKS.decorator("audit-detection")
 def audit_detection() -> list[dict]:
     """How often the audit flags each broken DP mechanism (dfl-dp FL, smoke, 2 seeds; the full benchmark:
