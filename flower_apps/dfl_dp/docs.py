@@ -22,6 +22,8 @@ from flower_apps.dfl_dp.report import FW_LABEL, condition_of
 PROTOCOL = Path("results_protocol") / "dfl-dp"
 REDUCED = Path("results_reduced") / "dfl-dp"
 PAPER = Path("results_paper") / "dfl-dp" / "paper_table3.json"
+# --grid demo --attacks --attack-eps-cal 2, then the same with --audit, into one results folder (2026-12-07)
+ATTACKS = Path("results_reduced") / "dfl-dp-attacks"
 FRAMEWORKS = ("fl", "sequential-dfl")
 CONDITIONS = ("No-DP", "C=1, eps_cal=1", "C=1, eps_cal=2", "C=1, eps_cal=4")
 SHORT = {"No-DP": "nodp", "C=1, eps_cal=1": "eps1", "C=1, eps_cal=2": "eps2", "C=1, eps_cal=4": "eps4"}
@@ -240,5 +242,42 @@ def reduced_values(root: Path) -> Mapping[str, str]:
     return out
 
 
-BLOCKS = {"dfl-dp-protocol-table": protocol_table, "dfl-dp-reduced-table": reduced_table}
-VALUES = {"dfl-dp-protocol": protocol_values, "dfl-dp-reduced": reduced_values}
+def card_table(root: Path) -> str:
+    """README's dfl-dp report card at the CPU scale: the card's own rows (flower_apps.dfl_dp.card) of the kept runs."""
+    from flower_apps.common.report_card import build_card
+    from flower_apps.common.tables import markdown_table
+    from flower_apps.dfl_dp.card import CARD
+
+    records = CARD.collect(root / ATTACKS / "dfl-dp")
+    if not records:
+        raise FileNotFoundError(f"no kept runs under {ATTACKS}/dfl-dp/runs")
+    md = markdown_table(build_card(CARD, records), "card")
+    return md.split("\n", 2)[2].rstrip("\n")  # the table without its title
+
+
+def attack_values(root: Path) -> Mapping[str, str]:
+    """Numbers of README's attack summary, from the kept attack rows (flower_apps.dfl_dp.attack_report)."""
+    from flower_apps.dfl_dp.attack_report import load_attack_rows
+
+    mia, inversion = load_attack_rows(root / ATTACKS)
+    if not mia or "gradient" not in inversion:
+        raise FileNotFoundError(f"no kept attack results under {ATTACKS}/dfl-dp/runs")
+    aucs = [r["auc"] for r in mia]
+    out = {"mia_auc": f"{min(aucs):.2f}-{max(aucs):.2f}", "mia_rows": str(len(mia)),
+           "members": str(mia[0]["n_target_members"]), "nonmembers": str(mia[0]["n_target_nonmembers"])}
+    grad = inversion["gradient"]
+    for fw in FRAMEWORKS:
+        for cond in ("nodp", "C1_eps2"):
+            for attack in ("invgrad", "dlg", "idlg"):
+                picked = [r["ssim"] for r in grad if r["framework"] == fw and r["condition"] == cond
+                          and r["attack"] == attack]
+                if picked:
+                    out[f"ssim.{fw}.{cond}.{attack}"] = f"{statistics.fmean(picked):.2f}"
+    weak = [float(out[k]) for k in out if k.startswith("ssim.") and not k.endswith("invgrad")]
+    out["ssim_dlg_range"] = f"{min(weak):.2f}-{max(weak):.2f}"
+    return out
+
+
+BLOCKS = {"dfl-dp-protocol-table": protocol_table, "dfl-dp-reduced-table": reduced_table,
+          "dfl-dp-card-table": card_table}
+VALUES = {"dfl-dp-protocol": protocol_values, "dfl-dp-reduced": reduced_values, "dfl-dp-attacks": attack_values}
