@@ -34,6 +34,7 @@ from privacy.drift import detection_rates
 REDUCED = Path("results_reduced")
 VARIANTS = REDUCED / "tabular-pdp-variants"
 REAL = REDUCED / "tabular-pdp-real" / "real_partial_anonymization.json"
+ATTACKS = REDUCED / "tabular-pdp-attacks"  # --grid reduced --attacks --drift-seeds 0, then flower_apps.report
 AUDIT = REDUCED / "tabular-pdp-audit"  # smoke preset with --audit: n1/ at n_eps = 1, paper/ at the paper's 0.05
 SETTINGS = ("vanilla", "gdp", "pdp")
 POISONS = ("flip-targets", "scale-features", "shift-targets")
@@ -196,5 +197,35 @@ def values(root: Path) -> Mapping[str, str]:
     return out
 
 
-BLOCKS = {"tabular-pdp-table2": table2, "tabular-pdp-table3": table3, "tabular-pdp-audit-table": audit_table}
-VALUES = {"tabular-pdp-reduced": values}
+def card_table(root: Path) -> str:
+    """The report card at the CPU scale: the card's own rows (flower_apps.tabular_pdp.card) of the kept runs."""
+    from flower_apps.common.report_card import build_card
+    from flower_apps.common.tables import markdown_table
+    from flower_apps.tabular_pdp.card import CARD
+
+    records = CARD.collect(root / ATTACKS / "tabular-pdp")
+    if not records:
+        raise FileNotFoundError(f"no kept runs under {ATTACKS}/tabular-pdp/runs")
+    return markdown_table(build_card(CARD, records), "card").split("\n", 2)[2].rstrip("\n")
+
+
+def card_values(root: Path) -> Mapping[str, str]:
+    """Prose numbers beside the card: ranges of the per-condition means, attribute inference on members vs not."""
+    from flower_apps.tabular_pdp.card import CARD
+
+    records = CARD.collect(root / ATTACKS / "tabular-pdp")
+    by: dict[str, list[dict[str, Any]]] = {}
+    for r in records:
+        by.setdefault(r["condition"], []).append(r)
+    mia = [float(np.mean([r["mia_auc"] for r in rs])) for rs in by.values()]
+    attr = [float(np.mean([r["attribute_adv"] for r in rs])) for rs in by.values()]
+    rows = [r for p in sorted((root / ATTACKS / "tabular-pdp").glob("**/runs/*/attacks.json"))
+            for r in read_json(p)["rows"] if r["attack"] == "attribute-inference"]
+    gap = [r["membership_advantage"] for r in rows]
+    return {"mia": _span(mia, "{:.3f}"), "attr": _span(attr, "{:.3f}"), "models": str(len(rows)),
+            "attr_gap": f"{np.mean(gap):+.4f} +- {np.std(gap, ddof=1):.3f}", "runs": str(len(by))}
+
+
+BLOCKS = {"tabular-pdp-card-table": card_table, "tabular-pdp-table2": table2, "tabular-pdp-table3": table3,
+          "tabular-pdp-audit-table": audit_table}
+VALUES = {"tabular-pdp-reduced": values, "tabular-pdp-card": card_values}
