@@ -117,11 +117,10 @@ def flwr(args: list[str], flwr_home: str | Path, cwd: str | Path | None = None, 
         res = subprocess.run(cmd, cwd=cwd, env=flower_env(flwr_home, env), capture_output=True, text=True,
                              timeout=timeout, stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired as exc:
-        # BUG?: on POSIX, run() re-raises the TimeoutExpired of communicate(), whose stdout/stderr are the raw
-        # bytes read so far even with text=True, so the message shows b'...' (or None)
-        raise FlwrCliError(
-            f"`flwr {' '.join(args)}` timed out after {timeout:.0f}s\n{exc.stdout}\n{exc.stderr}"  # type: ignore[str-bytes-safe]
-        ) from exc
+        # on POSIX, run() re-raises communicate()'s TimeoutExpired, whose stdout / stderr are the raw bytes read
+        # so far (or None) even with text=True: decode them so the message shows text, not b'...'
+        out, err = (x.decode(errors="replace") if isinstance(x, bytes) else (x or "") for x in (exc.stdout, exc.stderr))
+        raise FlwrCliError(f"`flwr {' '.join(args)}` timed out after {timeout:.0f}s\n{out}\n{err}") from exc
     if res.returncode != 0:
         raise FlwrCliError(f"`flwr {' '.join(args)}` exited {res.returncode}\nstdout:\n{res.stdout}\nstderr:\n{res.stderr}")
     return res.stdout
