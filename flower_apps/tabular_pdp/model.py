@@ -12,7 +12,7 @@ from models.seeded_init import seeded_init
 from registry import streams
 
 if TYPE_CHECKING:
-    from flwr.app.typing import MetricRecordValues
+    from flwr.app import MetricRecordValues
 
 
 class SeverityMLP(nn.Module):
