@@ -2,7 +2,7 @@
 
 Data: ``results_us_cpu/ultrasound/runs/*/summary.json`` (the ``cpu`` grid, 3 seeds per cell). Rendered: the
 non-DP normal-vs-abnormal (IID) cell of each method with two intervals, over seeds (training only) and with
-the shared test set's sampling error added (:mod:`flower_apps.ultrasound.test_variance`), and whether the
+the shared test set's sampling error added (:mod:`flower_apps.ultrasound.sampling_variance`), and whether the
 issue's AUC target (0.90) holds on the mean and on the interval. See :mod:`flower_apps.common.doc_blocks`.
 """
 
@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from flower_apps.common.results import read_json
-from flower_apps.ultrasound.test_variance import combine, run_ses
+from flower_apps.ultrasound.sampling_variance import combine, run_ses
 
 GRID = Path("results_us_cpu") / "ultrasound" / "runs"
 CELL = "normal-vs-abnormal_iid_efficientnet_lite0_{method}_nodp_160px_K8_T10_E3_busi_s*"

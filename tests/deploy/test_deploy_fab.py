@@ -58,3 +58,13 @@ def test_fab_include_names_the_same_packages_as_the_wheel():
     fab = cfg["tool"]["flwr"]["app"]["fab-include"]
     assert all(p == f"{p.split('/')[0]}/**/*.py" for p in fab), fab
     assert sorted(p.split("/")[0] for p in fab) == sorted(wheel), (fab, wheel)
+
+
+def test_no_packaged_module_is_named_like_a_test():
+    """`flwr build` leaves test_*.py files out of the FAB: a study module of that name imports locally and then
+    fails on every SuperNode and under `flwr run` (flower_apps/ultrasound/test_variance.py did)."""
+    root = Path(__file__).resolve().parents[2]
+    named = sorted(str(p.relative_to(root)) for pkg in ("flower_apps", "strategies", "privacy", "datasets", "attacks",
+                                                         "models", "mixnet", "registry", "deploy")
+                   for p in (root / pkg).rglob("test_*.py"))
+    assert named == [], f"rename these (the FAB drops them): {named}"

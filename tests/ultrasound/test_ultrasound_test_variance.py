@@ -1,4 +1,4 @@
-"""Test-set sampling errors of the ultrasound results (flower_apps/ultrasound/test_variance.py)."""
+"""Test-set sampling errors of the ultrasound results (flower_apps/ultrasound/sampling_variance.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from sklearn.metrics import roc_auc_score
 
-from flower_apps.ultrasound import test_variance as tv
+from flower_apps.ultrasound import sampling_variance as tv
 
 
 def test_hanley_mcneil_by_hand():
