@@ -17,16 +17,6 @@ ROOT = Path(__file__).resolve().parents[2]
 AUDIT_DOC = "docs/audit.md"
 
 
-@pytest.fixture()
-def copy(tmp_path: Path) -> Path:
-    """README.md and docs/ copied; the kept results folders linked (read only)."""
-    shutil.copy(ROOT / "README.md", tmp_path / "README.md")
-    shutil.copytree(ROOT / "docs", tmp_path / "docs")
-    for kept in ROOT.glob("results_*"):
-        (tmp_path / kept.name).symlink_to(kept)
-    return tmp_path
-
-
 def _edit_value(doc: Path, marker: str, new: str) -> str:
     text = doc.read_text()
     assert marker in text, marker

@@ -19,16 +19,6 @@ from flower_apps.common import doc_blocks
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture()
-def copy(tmp_path: Path) -> Path:
-    """README.md and docs/ copied; the kept results folders linked (read only)."""
-    shutil.copy(ROOT / "README.md", tmp_path / "README.md")
-    shutil.copytree(ROOT / "docs", tmp_path / "docs")
-    for kept in ROOT.glob("results_*"):
-        (tmp_path / kept.name).symlink_to(kept)
-    return tmp_path
-
-
 def test_the_repository_documents_match_their_kept_data():
     problems = doc_blocks.check(ROOT)
     assert problems == [], "\n".join(map(str, problems)) + "\n(regenerate: python -m flower_apps.report --write-docs)"
