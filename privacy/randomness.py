@@ -33,6 +33,7 @@ derived from the run seed, as before.
 from __future__ import annotations
 
 import hashlib
+import json
 import secrets
 from dataclasses import dataclass
 from pathlib import Path
@@ -109,3 +110,22 @@ class NoiseSource:
     def describe(self) -> dict:
         """What a run summary records (never the secret itself)."""
         return {"noise_mode": self.mode, "noise_seed_file": self.seed_file or None}
+
+
+def generator_state(rng: np.random.Generator) -> str:
+    """The state of a NumPy generator as JSON text (a round checkpoint keeps it; see :func:`set_generator_state`).
+
+    Whoever reads it can compute every draw the generator makes next: a noise generator's state is as secret
+    as its seed. Only a seeded source's state is ever saved (the seed file gives it anyway); a secure
+    source's never is (a resumed run draws fresh entropy)."""
+    return json.dumps(rng.bit_generator.state)
+
+
+def set_generator_state(rng: np.random.Generator, text: str) -> None:
+    """Put :func:`generator_state`'s output back into ``rng`` (of the same bit generator), so it continues
+    where the saved one stopped."""
+    state = json.loads(text)
+    if state.get("bit_generator") != type(rng.bit_generator).__name__:
+        raise ValueError(f"a saved {state.get('bit_generator')} state cannot continue a "
+                         f"{type(rng.bit_generator).__name__} generator")
+    rng.bit_generator.state = state

@@ -7,7 +7,9 @@ CanaryInsertion is itself a StrategyWrapper (keeps the import graph one-way).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message
@@ -15,8 +17,23 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 
 from privacy.faults import FAULTS_BY_STUDY, check_fault
+from privacy.randomness import generator_state, set_generator_state
 from strategies.canaries import WeightedCanaries
 from strategies.wrapper import StrategyWrapper
+
+
+def _plain(value: Any) -> Any:
+    """JSON for the NumPy scalars and arrays a round's record may hold."""
+    if isinstance(value, np.generic | np.ndarray):
+        return value.tolist()
+    raise TypeError(f"a DP round record holds a {type(value).__name__}, which a round checkpoint cannot keep")
+
+
+def _int_keys(value: Any) -> Any:
+    """A record read back from JSON with its client-id keys (all digits) as ints again."""
+    if isinstance(value, dict):
+        return {(int(k) if k.lstrip("-").isdigit() else k): _int_keys(v) for k, v in value.items()}
+    return value
 
 
 class ClippingWrapper(StrategyWrapper):
@@ -37,7 +54,8 @@ class ClippingWrapper(StrategyWrapper):
     FAULTS = FAULTS_BY_STUDY["tabular-pdp"]
 
     def __init__(self, strategy: Strategy, noise_multiplier: float, clipping_norm: float,
-                 rng: np.random.Generator, canaries: WeightedCanaries | None = None, fault: str = "") -> None:
+                 rng: np.random.Generator, canaries: WeightedCanaries | None = None, fault: str = "",
+                 keep_noise_state: bool = False) -> None:
         super().__init__(strategy)
         if not noise_multiplier >= 0:
             raise ValueError(f"noise_multiplier must be >= 0, got {noise_multiplier}")
@@ -53,6 +71,25 @@ class ClippingWrapper(StrategyWrapper):
         self.canaries = canaries  # audit canaries (strategies.canaries): extra cohort members, before the noise
         self.current_arrays = ArrayRecord()
         self.rounds: dict[int, dict] = {}
+        # A seeded noise source's generator state may go into a round checkpoint (the resumed run then draws
+        # the noise the uninterrupted one would); a secure one's is a secret and never does.
+        self.keep_noise_state = keep_noise_state
+
+    def state(self) -> dict[str, Any]:
+        """The layer's records and per-round DP record; the noise generator's state only if ``keep_noise_state``."""
+        out = {**super().state(), "dp_rounds": json.dumps({str(r): info for r, info in self.rounds.items()},
+                                                          default=_plain)}
+        if self.keep_noise_state:
+            out["noise_state"] = generator_state(self.rng)
+        return out
+
+    def restore_state(self, state: dict[str, Any]) -> None:
+        super().restore_state(state)
+        self.rounds = {int(r): _int_keys(info) for r, info in json.loads(state["dp_rounds"]).items()}
+        if self.keep_noise_state:
+            if "noise_state" not in state:
+                raise ValueError("the checkpoint holds no noise-generator state for this seeded DP wrapper")
+            set_generator_state(self.rng, state["noise_state"])
 
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
                         grid: Grid) -> Iterable[Message]:

@@ -8,9 +8,12 @@ cohort (strategies.fixed_cohort) not to address them again.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Iterable
+from typing import Any
 
+import numpy as np
 from flwr.app import ArrayRecord, Message, MetricRecord
 from flwr.serverapp.strategy import Strategy
 
@@ -35,6 +38,22 @@ class DriftGuard(StrategyWrapper):
         self.threshold = threshold
         self.min_ratio = min_ratio
         self.reports: dict[int, DriftReport] = {}
+
+    def state(self) -> dict[str, Any]:
+        """The layer's records and every drift report (exact values: a summary's rounded ones would drift)."""
+        return {**super().state(), "reports": json.dumps({
+            str(r): {"client_ids": list(rep.client_ids), "divergence": rep.divergence.tolist(),
+                     "median_divergence": rep.median_divergence.tolist(), "z_scores": rep.z_scores.tolist(),
+                     "threshold": rep.threshold, "min_ratio": rep.min_ratio, "flagged": list(rep.flagged)}
+            for r, rep in self.reports.items()})}
+
+    def restore_state(self, state: dict[str, Any]) -> None:
+        super().restore_state(state)
+        self.reports = {int(r): DriftReport(
+            client_ids=tuple(d["client_ids"]), divergence=np.array(d["divergence"], dtype=np.float64),
+            median_divergence=np.array(d["median_divergence"], dtype=np.float64),
+            z_scores=np.array(d["z_scores"], dtype=np.float64), threshold=d["threshold"], min_ratio=d["min_ratio"],
+            flagged=tuple(d["flagged"])) for r, d in json.loads(state["reports"]).items()}
 
     def aggregate_train(self, server_round: int,
                         replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:

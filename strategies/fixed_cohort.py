@@ -18,7 +18,9 @@ Use: ``class CohortFedAvg(FixedCohort, FedAvg)``; then ``strategy.set_cohort(ids
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
+from typing import Any
 
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord
 from flwr.serverapp import Grid
@@ -52,6 +54,16 @@ class FixedCohort(PlanChecked):
         self.client_metrics: dict[int, dict[int, dict]] = {}
         self.last_checked = CheckedReplies()
         self.min_train_nodes = self.min_available_nodes = 1  # the cohort, not node sampling, decides
+
+    def state(self) -> dict[str, Any]:
+        """The layer's records, who contributed each round, and the cohort (a drift re-check may have shrunk it)."""
+        return {**super().state(), "contributors": json.dumps({str(r): list(c) for r, c in self.contributors.items()}),
+                "client_ids": json.dumps(self.client_ids)}
+
+    def restore_state(self, state: dict[str, Any]) -> None:
+        super().restore_state(state)
+        self.contributors = {int(r): list(c) for r, c in json.loads(state["contributors"]).items()}
+        self.client_ids = [int(c) for c in json.loads(state["client_ids"])]
 
     def exclude(self, client_ids: Iterable[int]) -> None:
         """Stop sending to these clients from the next round on."""

@@ -14,6 +14,9 @@ same questions, so no code asks "does this strategy have ...?":
   wrapper's client clip;
 - ``reply_rules`` / ``required_metrics``: what replies are checked with (strategies.reply_rules);
 - ``problems`` and ``client_metrics``: this layer's own per-round records (strategies.cohorts);
+- ``state()`` / ``restore_state(state)``: what this layer carries from one round to the next, for a round
+  checkpoint (strategies.resume saves every layer's); ``unresumable``: why a layer's state cannot be saved
+  (a checkpoint of a composition holding it is refused), or "";
 - ``layers()``: this layer, then the layers it wraps, outermost first.
 
 :class:`Layer` holds the defaults of a layer that wraps nothing and adds no members, as Flower's FedAvg
@@ -23,6 +26,7 @@ a Layer (bare ``FedAvg``) gets the same defaults through :func:`layer_of`.
 
 from __future__ import annotations
 
+import json
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, nullcontext
@@ -103,6 +107,26 @@ class Layer:
     def layers(self) -> Iterator[object]:
         """This layer, then the layers it wraps (outermost first)."""
         yield self
+
+    #: why this layer's cross-round state cannot be saved in a round checkpoint (e.g. observations held by a
+    #: callback), or "" when :meth:`state` holds all of it
+    unresumable: str = ""
+
+    def state(self) -> dict[str, Any]:
+        """This layer's own cross-round state as JSON text and tensors (what a round checkpoint keeps;
+        ``torch.load(weights_only=True)`` reads it back). A layer with more state extends it; the default is
+        the layer's records, ``client_metrics`` and ``problems``."""
+        return {"client_metrics": json.dumps({str(r): {str(c): dict(m) for c, m in per.items()}
+                                              for r, per in self.client_metrics.items()}, sort_keys=True),
+                "problems": json.dumps({str(r): {str(c): why for c, why in per.items()}
+                                        for r, per in self.problems.items()}, sort_keys=True)}
+
+    def restore_state(self, state: dict[str, Any]) -> None:
+        """Put :meth:`state`'s output back into a freshly built layer of the same kind."""
+        self.client_metrics = {int(r): {int(c): m for c, m in per.items()}
+                               for r, per in json.loads(state["client_metrics"]).items()}
+        self.problems = {int(r): {int(c): why for c, why in per.items()}
+                         for r, per in json.loads(state["problems"]).items()}
 
 
 class _BareFlower(Layer):

@@ -29,9 +29,11 @@ afterwards.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections import OrderedDict
 from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
@@ -40,7 +42,7 @@ from flwr.serverapp.strategy import Strategy
 
 from privacy.faults import FAULTS_BY_STUDY, WRONG_COHORT_FACTOR, check_fault, noise_divisor
 from privacy.mechanisms import calibrate_sigma_abs, clip_by_l2, gaussian_noise_like
-from privacy.randomness import STREAM_MATCHED_PERTURBATION, NoiseSource
+from privacy.randomness import STREAM_MATCHED_PERTURBATION, NoiseSource, generator_state, set_generator_state
 from strategies.layer import layer_of
 from strategies.records import client_arrays, client_key, from_numpy, number, to_numpy
 from strategies.wrapper import StrategyWrapper
@@ -105,6 +107,22 @@ class MatchedPerturbation(StrategyWrapper):
             # Audit canaries are cohort members: their models pass through this same client clip (a layer that
             # adds no members of its own ignores it: strategies.layer.Layer.clip_members_with).
             layer_of(strategy).clip_members_with(self._clip_model)
+
+    def state(self) -> dict[str, Any]:
+        """The layer's records and every clip event; the noise generator's state only for a seeded source (a
+        secure source's state is a secret: a resumed run draws fresh entropy, as a new process does)."""
+        out = {**super().state(), "clip_events": json.dumps(self.clip_events)}
+        if self.noise.mode == "seeded":
+            out["noise_state"] = generator_state(self.rng)
+        return out
+
+    def restore_state(self, state: dict[str, Any]) -> None:
+        super().restore_state(state)
+        self.clip_events = [{**e, "round": int(e["round"])} for e in json.loads(state["clip_events"])]
+        if self.noise.mode == "seeded":
+            if "noise_state" not in state:
+                raise ValueError("the checkpoint holds no noise-generator state for this seeded matched perturbation")
+            set_generator_state(self.rng, state["noise_state"])
 
     def summary(self) -> None:
         log.info("MatchedPerturbation(C=%g, eps_cal=%g, clip at %s) wrapping:", self.clip_norm, self.eps_cal,

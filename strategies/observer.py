@@ -25,6 +25,8 @@ ResultHook = Callable[[int, ArrayRecord | None, MetricRecord | None], None]
 class RoundObserver(StrategyWrapper):
     """Delegate everything to ``strategy``; call ``on_replies`` before and ``on_result`` after aggregation."""
 
+    unresumable = "its callbacks hold what they observed in this process only"
+
     def __init__(self, strategy: Strategy, on_replies: RepliesHook | None = None,
                  on_result: ResultHook | None = None) -> None:
         super().__init__(strategy)

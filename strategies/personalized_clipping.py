@@ -61,8 +61,8 @@ class PersonalizedServerSideClipping(ClippingWrapper):
 
     def __init__(self, strategy: Strategy, noise_multiplier: float, clipping_norm: float,
                  risks: Mapping[int, float], rng: np.random.Generator,
-                 canaries: WeightedCanaries | None = None, fault: str = "") -> None:
-        super().__init__(strategy, noise_multiplier, clipping_norm, rng, canaries, fault)
+                 canaries: WeightedCanaries | None = None, fault: str = "", keep_noise_state: bool = False) -> None:
+        super().__init__(strategy, noise_multiplier, clipping_norm, rng, canaries, fault, keep_noise_state)
         if canaries is not None and canaries.risks is None:
             raise ValueError("PDP canaries need risks (each takes its client's ARIREC)")
         self.risks = {int(k): float(v) for k, v in risks.items()}

@@ -10,12 +10,18 @@ What makes the resumed run the same run:
   wrapper (a strategies.wrapper.StrategyWrapper: the grid view and the rest delegated) that adds the
   offset to every round number the strategy sees, so round-dependent arithmetic (FedAdam's bias
   correction, the clients' per-round seeds and lr schedule from ``server-round``) sees the true round;
-- the strategy's state across rounds is saved and restored: the FedOpt family's server moments
-  (``m_t``, ``v_t``), the per-round client metrics (the DP ledger and timing are built from them) and
-  contributors.
-  Everything else a strategy here holds is rebuilt each round (``current_arrays``, the round's checked
-  replies). A strategy with other cross-round state must add it to :func:`strategy_state` and
-  :func:`restore_strategy_state`.
+- every layer's state across rounds is saved and restored (strategies.layer.Layer.state, one entry per
+  layer of the composition, outermost first): each layer's per-round client metrics and problems (the DP
+  ledger, timing and error summary are built from them), a fixed cohort's contributors and cohort, the
+  FedOpt family's server moments (``m_t``, ``v_t``), a DP wrapper's clip and noise records, a drift
+  guard's reports. Everything else a strategy here holds is rebuilt each round (``current_arrays``, the
+  round's checked replies). A layer with other cross-round state extends ``state`` / ``restore_state``;
+  one whose state lives elsewhere (an observer's callbacks, the ultrasound auditor's tap) sets
+  ``unresumable`` and a checkpoint of its composition is refused.
+- DP noise: a seeded noise source's generator state is saved, so a resumed run adds the noise the
+  uninterrupted run would (bit for bit); a secure source's never is (it is the secret that hides the
+  clients' updates): a resumed secure run draws fresh OS entropy, which the privacy analysis allows
+  (every round's noise is an independent draw either way).
 
 The study writes the checkpoint atomically (:func:`encode_checkpoint` gives its bytes); it is loaded with
 ``torch.load(weights_only=True)`` (tensors, strings, numbers only: no pickle of arbitrary objects); it
@@ -23,7 +29,9 @@ names the config it belongs to (``run_hash``), and a checkpoint of another confi
 resumed from.
 
 Whom it concerns: the checkpoint holds what the server already holds (the global model, the metrics the
-clients reported); it stays in the server's run folder.
+clients reported, and for a seeded DP run the noise generator's state, which predicts the remaining
+rounds' noise as the seed file does); it stays in the server's run folder, is written readable by its
+owner only, and is deleted when the run finishes.
 """
 
 from __future__ import annotations
@@ -41,51 +49,60 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAdagrad, FedAdam, FedYogi, Result, Strategy
 
-from strategies.fixed_cohort import FixedCohort
-from strategies.layer import Layer
+from strategies.layer import Layer, layers
 from strategies.wrapper import StrategyWrapper
 
 log = logging.getLogger(__name__)
 
 CHECKPOINT = "round_checkpoint.pt"
-FORMAT = 1
+FORMAT = 2  # 2: every layer's state (strategies.layer.Layer.state); 1 held only the outer strategy's
 STATE_ATTRS = ("m_t", "v_t")  # flwr.serverapp.strategy.fedopt: the server optimizer's moments
 #: Flower's exported server optimizers (the FedOpt family, which holds m_t and v_t)
 SERVER_OPTIMIZERS = (FedAdagrad, FedAdam, FedYogi)
 
 
-def strategy_state(strategy: Strategy) -> dict[str, Any]:
-    """What ``strategy`` carries from one round to the next, as tensors and JSON text."""
+def _optimizer_state(strategy: object) -> dict[str, Any]:
+    """A Flower server optimizer's moments (``m_t``, ``v_t``) as tensors; nothing for another strategy."""
     state: dict[str, Any] = {}
     if isinstance(strategy, SERVER_OPTIMIZERS):
         for name, value in (("m_t", strategy.m_t), ("v_t", strategy.v_t)):
             if value is not None:
                 state[name] = {k: torch.from_numpy(np.array(v, copy=True)) for k, v in value.items()}
-    if isinstance(strategy, Layer):  # every layer keeps them (strategies.layer): {round: {client: {metric: value}}}
-        state["client_metrics"] = json.dumps({str(r): {str(c): dict(m) for c, m in per.items()}
-                                              for r, per in strategy.client_metrics.items()})
-    if isinstance(strategy, FixedCohort):  # {round: [client, ...]}
-        state["contributors"] = json.dumps({str(r): list(c) for r, c in strategy.contributors.items()})
     return state
 
 
+def strategy_state(strategy: Strategy) -> dict[str, Any]:
+    """What ``strategy`` carries from one round to the next: every layer's :meth:`Layer.state
+    <strategies.layer.Layer.state>` (outermost first, strategies.layer.layers) with its kind, plus a Flower
+    server optimizer's moments. A composition with a layer whose state cannot be saved (``unresumable``)
+    is refused with that layer's reason."""
+    saved = []
+    for layer in layers(strategy):
+        why = layer.unresumable if isinstance(layer, Layer) else ""
+        if why:
+            raise ValueError(f"{type(layer).__name__} cannot be resumed from a round checkpoint: {why}")
+        state = layer.state() if isinstance(layer, Layer) else {}
+        saved.append({"kind": type(layer).__name__, **state, **_optimizer_state(layer)})
+    return {"layers": saved}
+
+
 def restore_strategy_state(strategy: Strategy, state: dict[str, Any]) -> None:
-    """Put :func:`strategy_state`'s output back into a freshly built strategy of the same kind."""
-    for name in STATE_ATTRS:
-        if name in state:
-            if not isinstance(strategy, SERVER_OPTIMIZERS):
-                raise ValueError(f"the checkpoint holds {name!r}, which {type(strategy).__name__} does not have")
-            setattr(strategy, name, {k: v.numpy().copy() for k, v in state[name].items()})
-    for name, kind in (("client_metrics", Layer), ("contributors", FixedCohort)):
-        if name in state and not isinstance(strategy, kind):
-            raise ValueError(f"the checkpoint holds {name!r}, which {type(strategy).__name__} does not have")
-    if "client_metrics" in state:
-        assert isinstance(strategy, Layer)
-        strategy.client_metrics = {int(r): {int(c): m for c, m in per.items()}
-                                   for r, per in json.loads(state["client_metrics"]).items()}
-    if "contributors" in state:
-        assert isinstance(strategy, FixedCohort)
-        strategy.contributors = {int(r): list(c) for r, c in json.loads(state["contributors"]).items()}
+    """Put :func:`strategy_state`'s output back into a freshly built composition of the same layers."""
+    walked = list(layers(strategy))
+    kinds = [type(x).__name__ for x in walked]
+    saved = state.get("layers")
+    if not isinstance(saved, list) or [s.get("kind") for s in saved] != kinds:
+        raise ValueError(f"the checkpoint holds the state of layers "
+                         f"{None if not isinstance(saved, list) else [s.get('kind') for s in saved]}, "
+                         f"not of this composition's {kinds}")
+    for layer, layer_state in zip(walked, saved):
+        for name in STATE_ATTRS:
+            if name in layer_state:
+                if not isinstance(layer, SERVER_OPTIMIZERS):
+                    raise ValueError(f"the checkpoint holds {name!r}, which {type(layer).__name__} does not have")
+                setattr(layer, name, {k: v.numpy().copy() for k, v in layer_state[name].items()})
+        if isinstance(layer, Layer):
+            layer.restore_state(layer_state)
 
 
 class _FromRound(StrategyWrapper):

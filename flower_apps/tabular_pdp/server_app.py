@@ -123,16 +123,18 @@ def _strategy(setting: str, cfg: TabularPdpConfig, clients: list[int], clip_norm
     base = CohortFedAvg(clients, ACTION, placement)
     # Secret noise (OS entropy) unless the server's local noise-seed-file is given: never from the run seed;
     # seeded, mixed with the run's config hash (no two grid points share noise).
-    rng = NoiseSource(cfg.noise_seed_file, noise_condition(cfg)).numpy_generator(STREAM_TABULAR_SERVER, cfg.seed,
-                                                                                 SETTING_CODE[setting])
+    noise = NoiseSource(cfg.noise_seed_file, noise_condition(cfg))
+    rng = noise.numpy_generator(STREAM_TABULAR_SERVER, cfg.seed, SETTING_CODE[setting])
+    seeded = noise.mode == "seeded"  # only a seeded generator's state may go into a round checkpoint (strategies.resume)
     strat: Strategy
     if setting == "vanilla":
         strat = base
     elif setting == "gdp":
-        strat = ServerSideFixedClipping(base, cfg.noise_multiplier, clip_norm, rng, canaries, fault=cfg.dp_fault)
+        strat = ServerSideFixedClipping(base, cfg.noise_multiplier, clip_norm, rng, canaries, fault=cfg.dp_fault,
+                                        keep_noise_state=seeded)
     else:  # a dp-fault (tests only, privacy/faults.py) breaks the mechanism itself, in both settings
         strat = PersonalizedServerSideClipping(base, cfg.noise_multiplier, clip_norm, risks, rng, canaries,
-                                               fault=cfg.dp_fault)
+                                               fault=cfg.dp_fault, keep_noise_state=seeded)
     if cfg.drift_recheck > 0:
         return DriftGuard(strat, base, cfg.drift_recheck, cfg.drift_threshold, cfg.drift_min_ratio), strat, base
     return strat, strat, base

@@ -184,6 +184,8 @@ class AuditTap(StrategyWrapper):
     canary record out of it) before the wrapped strategy sees it; everything else is the wrapped strategy's
     (strategies.wrapper)."""
 
+    unresumable = "the auditor's canary records of earlier rounds live in this process only"
+
     def __init__(self, strategy: Strategy, records: AuditRecords) -> None:
         super().__init__(strategy)
         self.records = records
