@@ -152,6 +152,14 @@ def partition_scale() -> list[dict]:
     return fn() if fn else [skipped_row("partition", why)]
 
 
+@BENCHMARKS.decorator("engine")
+def engine() -> list[dict]:
+    """Seconds per dfl-dp smoke run through the default engine (flwr run on a local SuperLink) and the in-process
+    one (~2.5 min; the full benchmark: python benchmarks/engine_overhead.py --runs N)."""
+    fn, why = _harness("engine_overhead", "rows")
+    return fn() if fn else [skipped_row("engine", why)]
+
+
 @BENCHMARKS.decorator("audit-detection")
 def audit_detection() -> list[dict]:
     """How often the audit flags each broken DP mechanism (dfl-dp FL, smoke, 2 seeds; the full benchmark:

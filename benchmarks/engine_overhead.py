@@ -45,6 +45,17 @@ def measure(runs: int = 3, rounds: int = 1, results_dir: str = "/tmp/ppfl-engine
     return out
 
 
+def rows(runs: int = 3) -> list[dict]:
+    """The benchmark table's rows (python -m benchmarks --only engine): seconds per run through each engine."""
+    r = measure(runs)
+    per = {e: r[e] / runs for e in ("inprocess", "superlink")}
+    return [{"metric": f"dfl-dp smoke run (1 round) through flwr run on a local SuperLink, s per run [vs in-process, "
+                       f"{runs} runs]", "value": per["superlink"], "reference": per["inprocess"], "ratio": None,
+             "target": None, "met": None},
+            {"metric": "flwr run's extra seconds per run over the in-process engine", "value": r["extra_per_run"],
+             "reference": None, "ratio": None, "target": None, "met": None}]
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--runs", type=int, default=3)

@@ -2,18 +2,21 @@
 
 Two engines (:data:`ENGINES`), one choice per call:
 
-* ``'superlink'``: each run one ``flwr run`` on one local simulation SuperLink per sweep
-  (:mod:`flower_apps.superlink`), what flwr 1.42 supports (``--engine superlink``);
+* ``'superlink'`` (the default): each run one ``flwr run`` on one local simulation SuperLink per sweep
+  (:mod:`flower_apps.superlink`), what flwr 1.42 supports;
 * ``'inprocess'``: a ServerApp built here, run through the adapter around the deprecated
-  ``flwr.simulation.run_simulation`` (:mod:`flower_apps.engine`, which says why it is kept): the
-  default (``$PPFL_ENGINE`` changes it), and what benchmarks, audit trials, studies registered in
-  this process only and :func:`run_config_in_process` need.
+  ``flwr.simulation.run_simulation`` (:mod:`flower_apps.engine`, which says why it is kept): what
+  benchmarks, audit trials, studies registered in this process only and :func:`run_config_in_process`
+  need, and a faster choice for many short runs (``--engine inprocess`` or ``PPFL_ENGINE=inprocess``;
+  the test suite sets it).
 
 Both give the same models, rounds and summaries, bit for bit (tests/flower_apps/test_engines.py).
 dfl-dp's mean update norm used to come out one ulp apart between them (it was summed in reply arrival
-order; strategies.matched_perturbation now sums it in client order). In-process is still the sweeps'
-default until the SuperLink's per-run cost (a ``flwr-simulation`` and a Ray start per run) is measured
-on a quiet machine (``benchmarks/engine_overhead.py``).
+order; strategies.matched_perturbation now sums it in client order). What the supported path costs,
+measured on the quiet 2-core machine (``benchmarks/engine_overhead.py``, 3 dfl-dp smoke runs of one round,
+2026-12-07): 9.6 s per run in-process (one Ray start-up for all), 35.7 s through the SuperLink, i.e.
++26 s per run (a ``flwr run`` with its FAB, a ``flwr-simulation`` process importing torch, a Ray start);
+a sweep of runs that take minutes each pays a few percent, a grid of smoke runs about 4x.
 """
 
 from __future__ import annotations
@@ -32,15 +35,15 @@ from flower_apps.engine import simulate
 from flower_apps.router import make_server_app, prepare
 
 ENGINES = ("superlink", "inprocess")
-ENGINE_ENV = "PPFL_ENGINE"  # the default engine where a caller names none (unset: 'inprocess')
+ENGINE_ENV = "PPFL_ENGINE"  # the default engine where a caller names none (unset: 'superlink')
 
 __all__ = ["ENGINES", "default_engine", "pick_engine", "run_config_in_process", "run_many", "run_many_in_process",
            "run_many_timed", "simulate"]
 
 
 def default_engine() -> str:
-    """``$PPFL_ENGINE`` if set (checked), else ``'inprocess'`` (see the module docstring for why)."""
-    engine = os.environ.get(ENGINE_ENV, "inprocess")
+    """``$PPFL_ENGINE`` if set (checked), else ``'superlink'``, flwr 1.42's supported path (see the module doc)."""
+    engine = os.environ.get(ENGINE_ENV, "superlink")
     if engine not in ENGINES:
         raise ValueError(f"{ENGINE_ENV} must be one of {ENGINES}, got {engine!r}")
     return engine

@@ -15,6 +15,11 @@ from strategies.flwr_adapter import task_identity
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
+# The suite runs hundreds of short runs; through the default engine (one flwr run each on a local SuperLink,
+# flower_apps.runner) each would cost ~26 s more. Tests that are about an engine name it
+# (tests/flower_apps/test_engines.py checks both give the same numbers, and that superlink is the default).
+os.environ.setdefault("PPFL_ENGINE", "inprocess")
+
 
 @pytest.fixture(autouse=True)
 def _task_identity():

@@ -3,8 +3,8 @@
 :func:`sweep_main` is a sweep's command (refuse a bad grid with exit status 2, resume, report);
 :func:`pending_runs` says what is left of any resumable list (learning runs, transport
 measurements); :func:`run_pending` runs configs with progress lines, each through ``flwr run`` on one
-local SuperLink per sweep (``--engine superlink``) or all in one in-process simulation
-(``--engine inprocess``, the default; see :mod:`flower_apps.runner` for why).
+local SuperLink per sweep (``--engine superlink``, the default) or all in one in-process simulation
+(``--engine inprocess``; see :mod:`flower_apps.runner` for what each costs).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ def sweep_parser(module: str, doc: str, seeds_help: str = "number of seeds (defa
     p.add_argument("--engine", choices=("superlink", "inprocess"), default=None,
                    help="superlink: each run through flwr run on one local SuperLink of this sweep (flwr 1.42's "
                         "supported path); inprocess: all runs in one in-process simulation (deprecated "
-                        "run_simulation; one Ray start-up). Default: $PPFL_ENGINE, else inprocess")
+                        "run_simulation; one Ray start-up: faster for many short runs). Default: $PPFL_ENGINE, else superlink")
     p.add_argument("--report-only", action="store_true", help="only rebuild tables and figures")
     p.add_argument("--set", action="append", default=[], type=parse_set, metavar="KEY=VALUE", dest="set",
                    help="any run key for every run of the sweep, as in flwr run --run-config (repeatable; "

@@ -60,7 +60,9 @@ def test_engine_choice(monkeypatch, capsys):
     from flower_apps.dfl_dp.server_app import server_main
 
     monkeypatch.delenv(runner.ENGINE_ENV, raising=False)
-    assert runner.default_engine() == "inprocess"
+    assert runner.default_engine() == "superlink"  # flwr 1.42's supported path, unless asked otherwise
+    assert runner.pick_engine(None, server_main) == ("superlink", STUDIES["dfl-dp"])
+    monkeypatch.setenv(runner.ENGINE_ENV, "inprocess")
     assert runner.pick_engine(None, server_main) == ("inprocess", STUDIES["dfl-dp"])
     assert runner.pick_engine("superlink", server_main)[0] == "superlink"  # a named engine wins
     monkeypatch.setenv(runner.ENGINE_ENV, "superlink")
