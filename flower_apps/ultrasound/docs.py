@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from flower_apps.common.results import read_json
+from flower_apps.ultrasound.report import results_rows
 from flower_apps.ultrasound.sampling_variance import combine, run_ses
 
 GRID = Path("results_us_cpu") / "ultrasound" / "runs"
@@ -50,5 +51,27 @@ def target_values(root: Path) -> Mapping[str, str]:
     return out
 
 
-BLOCKS: dict = {}
+TASK_LABEL = {"benign-vs-malignant": "benign vs malignant", "normal-vs-abnormal": "normal vs abnormal",
+              "three-class": "three classes"}
+SCALE = "busi 160px K8 T10 E3"  # the kept cpu grid's scale label (flower_apps.ultrasound.report)
+
+
+def nodp_table(root: Path) -> str:
+    """docs/ultrasound.md's Tables 5-10 (no DP-SGD): the kept grid's cells through the sweep report's own rows
+    (flower_apps.ultrasound.report.results_rows), with the intervals that add the test set's sampling error."""
+    summaries = [read_json(p) for p in sorted((root / GRID).glob("*/summary.json"))]
+    rows = [r for r in results_rows(summaries, dp=False) if r["scale"] == SCALE and r["arch"] == "efficientnet_lite0"]
+    if not rows:
+        raise FileNotFoundError(f"no kept non-DP run of the cpu grid ({SCALE}) under {GRID}")
+    head = ["task", "partition", "method", "seeds", "accuracy (%)", "macro F1 (%)", "ROC-AUC (%)", "majority (%)",
+            "accuracy with test sampling (%)", "ROC-AUC with test sampling (%)"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in sorted(rows, key=lambda r: (r["task"], r["partition"])):  # stable: the report's method order stays
+        lines.append("| " + " | ".join([TASK_LABEL[r["task"]], r["partition"], r["method"], str(r["seeds"]),
+                                        r["accuracy (%)"], r["f1 (%)"], r["auc (%)"], f"{r['_majority']:.2f}",
+                                        r["accuracy with test sampling (%)"], r["AUC with test sampling (%)"]]) + " |")
+    return "\n".join(lines)
+
+
+BLOCKS = {"ultrasound-nodp-table": nodp_table}
 VALUES = {"ultrasound-target": target_values}

@@ -27,6 +27,7 @@ from flower_apps.common.stats import summarize
 from flower_apps.common.tables import csv_text, group_by
 from flower_apps.ultrasound.audit import AUDIT_NOTE, audit_cells, audit_rows
 from flower_apps.ultrasound.report_paper import write_paper_tables
+from flower_apps.ultrasound.sampling_variance import combine, run_ses
 
 METRICS = ("accuracy", "f1", "precision", "recall", "specificity", "auc")
 METHOD_LABEL = {"fedavg": "FedAvg", "fedprox": "FedProx", "fedadam": "FedAdam (FedOpt)",
@@ -143,6 +144,29 @@ def _stat_cells(runs: list[dict], scale: float = 100.0) -> dict:
     return cells
 
 
+TEST_SAMPLING_NOTE = ("with test sampling: mean [95% normal interval] whose variance adds one run's test-set sampling "
+                      "variance (binomial for accuracy, the conservative Hanley-McNeil SE for a binary AUC, from the "
+                      "kept confusion counts and AUC) to the seeds' variance over k, because every seed tests on the "
+                      "same images (flower_apps/ultrasound/sampling_variance.py); '-' for a three-class AUC (its "
+                      "per-class AUCs are not kept). The +- SD [t-interval] cells cover training variance only.")
+
+
+def test_sampling_cells(runs: list[dict], scale: float = 100.0) -> dict:
+    """Accuracy and AUC of a cell with the shared test set's sampling error added (TEST_SAMPLING_NOTE)."""
+    ses = [run_ses(r) for r in runs]
+    out = {}
+    for metric, name in (("accuracy", "accuracy with test sampling (%)"), ("auc", "AUC with test sampling (%)")):
+        vals = [r.get(f"test_{metric}") for r in runs]
+        errs = [s[metric] for s in ses]
+        if any(v is None for v in vals) or any(e is None for e in errs):
+            out[name] = "-"
+            continue
+        cell = combine([float(v) * scale for v in vals], [float(e) * scale for e in errs])  # type: ignore[arg-type]
+        lo, hi = cell.with_test
+        out[name] = f"{cell.mean:.2f} [{lo:.2f}, {hi:.2f}]"
+    return out
+
+
 def _majority_share(summary: dict) -> float:
     """Accuracy (%) of always predicting the test set's most frequent class (from the confusion matrix)."""
     cm = np.asarray(summary["confusion"], dtype=float)
@@ -192,6 +216,7 @@ def results_rows(summaries: list[dict], dp: bool) -> list[dict]:
                 row.update(audit_cells(runs))
             row["step time vs no-DP"] = _step_ratio(runs, nodp_step.get(k[:5]))
         row.update(_stat_cells(runs))
+        row.update(test_sampling_cells(runs))
         row["_majority"] = float(np.mean([_majority_share(r) for r in runs]))
         secs = [r["timing"]["mean_round_seconds"] for r in runs if not np.isnan(r["timing"]["mean_round_seconds"])]
         row["round time (s)"] = f"{np.mean(secs):.2f}" if secs else "-"
@@ -355,7 +380,7 @@ def write_report(results_dir: str | Path) -> str:
     res = results_rows(summaries, dp=False)
     if res:
         md += write_table(res, out / "table5_10_results", "Tables 5-10 style: test metrics (mean +- SD [95% t-CI])",
-                          CAVEAT) + "\n"
+                          TEST_SAMPLING_NOTE + " " + CAVEAT) + "\n"
         md += write_table(summary_rows(res), out / "table11_summary", "Table 11 style: best FL vs centralized",
                           CAVEAT) + "\n"
         md += write_table(per_client_rows(summaries), out / "table_per_client",
@@ -364,7 +389,8 @@ def write_report(results_dir: str | Path) -> str:
     if dp:
         md += write_table(dp, out / "table12_14_dp", "Tables 12-14 style: DP-SGD (client side, Opacus)",
                           "eps RDP: dp-accounting RDP accountant with each client's actual sample rate and steps; "
-                          "eps paper sqrt(T): the paper's basic-composition estimate. " + STEP_NOTE + " " + CAVEAT)
+                          "eps paper sqrt(T): the paper's basic-composition estimate. " + STEP_NOTE + " " + TEST_SAMPLING_NOTE
+                          + " " + CAVEAT)
         md += "\n"
         aud = audit_rows(summaries)
         if aud:

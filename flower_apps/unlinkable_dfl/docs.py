@@ -22,11 +22,24 @@ REDUCED = Path("results_reduced") / "unlinkable-dfl"
 ADVERSARIES = ("agnostic", "aware")
 
 
+LINKING_SEEDS = range(3)  # the kept linking grid: --seeds 3
+
+
 def linking_runs(root: Path, folder: Path = REDUCED) -> dict[str, list[dict[str, Any]]]:
-    """Config label -> its transport results (one per seed, by seed), in the grid's order (off, then K, O)."""
-    paths = sorted((root / folder / "transport").glob("*.json"))
-    if not paths:
-        raise FileNotFoundError(f"no kept transport measurements under {folder}/transport")
+    """Config label -> its transport results (one per seed, by seed), in the grid's order (off, then K, O).
+
+    Only the linking experiment's own measurements (its plan's specs x :data:`LINKING_SEEDS`): the transport
+    folder also holds the other experiments' (scaling, cost, topology), at other N and degrees."""
+    from dataclasses import asdict
+
+    from flower_apps.unlinkable_dfl.sweep import TrafficSpec, plan, traffic_path
+
+    specs = [TrafficSpec(**{**asdict(s), "seed": seed}) for seed in LINKING_SEEDS for s in plan("linking", "reduced").traffic]
+    paths = [traffic_path(str(root / folder.parent), s) for s in specs]
+    missing = [p.name for p in paths if not p.is_file()]
+    if missing:
+        raise FileNotFoundError(f"{len(missing)} of the linking grid's {len(paths)} transport measurements are not "
+                                f"kept under {folder}/transport, e.g. {missing[0]}")
     rows = [read_json(p)["result"] for p in paths]
     missing = [r["label"] for r in rows if "agnostic_trace_mult_bound" not in r]
     if missing:

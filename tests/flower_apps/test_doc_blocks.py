@@ -116,3 +116,16 @@ def test_a_hand_edited_study_value_fails(copy: Path, document: str, marker: str)
     doc.write_text(text[:start] + "9/" + text[start:])
     problems = doc_blocks.check(copy)
     assert [(p.document, p.name) for p in problems] == [(document, marker[6:-3])]
+
+
+@pytest.mark.parametrize("old, new", [
+    ("| 89.74 +- 1.28 [86.56, 92.93] |", "| 89.74 +- 1.28 [86.56, 92.94] |"),  # the seeds' interval
+    ("| 90.12 [78.39, 101.84] |", "| 90.12 [84.36, 95.87] |"),  # the test-sampling one, typed as the narrow one
+])
+def test_a_hand_edited_ultrasound_cell_fails(copy: Path, old: str, new: str):
+    doc = copy / "docs" / "ultrasound.md"
+    text = doc.read_text()
+    block = text[text.index("<!-- ultrasound-nodp-table:start -->"):text.index("<!-- ultrasound-nodp-table:end -->")]
+    assert block.count(old) == 1
+    doc.write_text(text.replace(block, block.replace(old, new)))
+    assert [(p.document, p.name) for p in doc_blocks.check(copy)] == [("docs/ultrasound.md", "ultrasound-nodp-table")]
