@@ -449,3 +449,33 @@ def netlearn_values(root: Path) -> Mapping[str, str]:
 BLOCKS.update({"udfl-netlearn-table": netlearn_table})
 VALUES.update({"udfl-netlearn": netlearn_values})
 del VALUES["udfl-linking"]  # row 7 of udfl-reduced-table renders those values now
+
+
+def linking_paper_values(root: Path) -> Mapping[str, str]:
+    """The paper-scale (N = 32) linking numbers the theory prose quotes: one seed of ``--experiment linking
+    --scale paper`` (kept transport measurements)."""
+    from dataclasses import asdict
+
+    from flower_apps.unlinkable_dfl.sweep import TrafficSpec, plan, traffic_path
+
+    specs = [TrafficSpec(**{**asdict(s), "seed": 0}) for s in plan("linking", "paper").traffic]
+    paths = [traffic_path(str(root / REDUCED.parent), s) for s in specs]
+    missing = [p.name for p in paths if not p.is_file()]
+    if missing:
+        raise FileNotFoundError(f"{len(missing)} paper-scale linking measurements are not kept, e.g. {missing[0]}")
+    runs = {(r["max_hops"], r["outbox"]): r for r in (read_json(p)["result"] for p in paths) if r["mixnet"]}
+    out = {"configs": str(len(paths))}
+    for (k, o), r in runs.items():
+        tag = f"k{k}o{o}"
+        out[f"{tag}.h_trace"] = f"{r['relay_h_inf_bits']:.2f}"
+        out[f"{tag}.h_aware"] = f"{r['aware_relay_h_inf_bits']:.2f}"
+        for field, name in (("advantage", "adv"), ("trace_bound", "chain"), ("trace_bound_c0.25", "chain_c"),
+                            ("ideal_bound", "ideal")):
+            out[f"{tag}.{name}"] = " / ".join(f"{r[f'{a}_{field}']:.3f}" for a in ADVERSARIES)
+        out[f"{tag}.aware_adv"] = f"{r['aware_advantage']:.3f}"
+        out[f"{tag}.aware_ideal"] = f"{r['aware_ideal_bound']:.3f}"
+    out.update({f"wall_{k}": v for k, v in _rerun_values(root, "linking-paper").items()})
+    return out
+
+
+VALUES.update({"udfl-linking-paper": linking_paper_values})

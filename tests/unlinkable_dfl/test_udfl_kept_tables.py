@@ -18,6 +18,7 @@ CASES = [(e, [], f"{e}-reduced", 3 if e == "linking" else 1)
          for e in ("scaling", "cost", "payload", "partial", "churn", "byzantine", "topology", "content", "linking")]
 CASES += [(e, ["--dataset", "fashion-mnist", "--data-fraction", "0.0667"], f"{e}-reduced-fashion-mnist", 1)
           for e in ("payload", "partial")]
+CASES += [("linking", ["--scale", "paper"], "linking-paper", 1)]
 
 
 @pytest.fixture(scope="module")
