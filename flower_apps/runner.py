@@ -13,10 +13,10 @@ Two engines (:data:`ENGINES`), one choice per call:
 Both give the same models, rounds and summaries, bit for bit (tests/flower_apps/test_engines.py).
 dfl-dp's mean update norm used to come out one ulp apart between them (it was summed in reply arrival
 order; strategies.matched_perturbation now sums it in client order). What the supported path costs,
-measured on the quiet 2-core machine (``benchmarks/engine_overhead.py``, 3 dfl-dp smoke runs of one round,
-2026-12-07): 9.6 s per run in-process (one Ray start-up for all), 35.7 s through the SuperLink, i.e.
-+26 s per run (a ``flwr run`` with its FAB, a ``flwr-simulation`` process importing torch, a Ray start);
-a sweep of runs that take minutes each pays a few percent, a grid of smoke runs about 4x.
+measured on the quiet 2-core machine (``python -m benchmarks --only engine``, 3 dfl-dp smoke runs of one
+round; kept in results_bench/benchmarks.json): about 25 s more per run through the SuperLink (a
+``flwr run`` with its FAB, a ``flwr-simulation`` process importing torch, a Ray start); a sweep of runs
+that take minutes each pays a few percent, a grid of smoke runs about 4x.
 """
 
 from __future__ import annotations
