@@ -11,6 +11,7 @@ afresh and independently.
 from __future__ import annotations
 
 import random
+from bisect import bisect_left
 from collections.abc import Sequence
 
 
@@ -39,7 +40,8 @@ def sample_route(
     Parameters
     ----------
     candidates
-        The sender's live peer view (sorted, so a seed fixes the outcome).
+        The sender's live peer view, sorted ascending (so a seed fixes the outcome, and the relays are found
+        by bisection: an unsorted view would let ``src`` or ``dst`` through as a relay).
     src, dst
         Sender and destination; neither is used as a relay.
     rng
@@ -50,9 +52,41 @@ def sample_route(
     """
     probs = path_length_probabilities(max_path_length, weights)
     k = rng.choices(range(1, max_path_length + 1), weights=probs)[0]
-    eligible = [c for c in candidates if c != src and c != dst]
+    eligible = Excluding(candidates, (src, dst))
     k = min(k, len(eligible) + 1)
     return rng.sample(eligible, k - 1) + [dst]
+
+
+class Excluding(Sequence[int]):
+    """A sorted sequence with some values left out, without copying it: ``len`` and indexing in O(log n).
+
+    ``random.sample`` draws indices into its population and copies it only when it is small (at most
+    21 items for the path lengths used here), so a route costs O(K log N) instead of the O(N) list of
+    eligible relays it used to build for every packet (issue 40); the draws, and so every route of a
+    seed, are the same as with that list (tests/mixnet/test_mixnet_routing.py).
+    """
+
+    def __init__(self, items: Sequence[int], excluded: Sequence[int]) -> None:
+        self._items = items
+        # the positions of the excluded values that are present, sorted
+        self._gaps = sorted({i for v in set(excluded) if (i := bisect_left(items, v)) < len(items) and items[i] == v})
+
+    def __len__(self) -> int:
+        return len(self._items) - len(self._gaps)
+
+    def __getitem__(self, index):  # type: ignore[override]  # ints only (random.sample's use)
+        if not isinstance(index, int):
+            raise TypeError("Excluding supports integer indices only")
+        n = len(self)
+        if index < 0:
+            index += n
+        if not 0 <= index < n:
+            raise IndexError(index)
+        j = index  # the position in items: skip every gap at or before it
+        for gap in self._gaps:
+            if gap <= j:
+                j += 1
+        return self._items[j]
 
 
 def sample_delays(count: int, mu: float, rng: random.Random) -> list[float]:
