@@ -31,7 +31,7 @@ import resource
 import statistics
 import sys
 import time
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
@@ -344,6 +344,7 @@ def main() -> None:
     args = resolve_args(parser().parse_args())
     if args.profile:
         Path(args.profile).mkdir(parents=True, exist_ok=True)
+    load_start = round(os.getloadavg()[0], 1)
     rows = run(args)
     ncpu = os.cpu_count() or 1
     self_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -357,8 +358,12 @@ def main() -> None:
           f"dataset {args.dataset}, {args.clients} clients, data-fraction {args.data_fraction}, {ncpu} CPUs, "
           f"load average {os.getloadavg()[0]:.1f}")
     if args.json:
-        Path(args.json).write_text(json.dumps({"rows": rows, "peak_rss_mib": {"self": self_mb, "child": child_mb}},
-                                              indent=1))
+        Path(args.json).write_text(json.dumps({
+            "rows": rows, "peak_rss_mib": {"self": self_mb, "child": child_mb},
+            "run": {"date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"), "cpus": ncpu,
+                    "load_average_start": load_start, "load_average_end": round(os.getloadavg()[0], 1),
+                    "dataset": args.dataset, "clients": args.clients, "data_fraction": args.data_fraction,
+                    "rounds": args.rounds, "settings": args.settings}}, indent=1))
 
 
 if __name__ == "__main__":

@@ -281,3 +281,40 @@ def attack_values(root: Path) -> Mapping[str, str]:
 BLOCKS = {"dfl-dp-protocol-table": protocol_table, "dfl-dp-reduced-table": reduced_table,
           "dfl-dp-card-table": card_table}
 VALUES = {"dfl-dp-protocol": protocol_values, "dfl-dp-reduced": reduced_values, "dfl-dp-attacks": attack_values}
+
+
+ROUND_BENCH = Path("results_bench") / "dfl_dp_round_full.json"  # python benchmarks/dfl_dp_round.py --json ...
+ROUND_TARGETS = {"fl": 1.3, "sequential-dfl": 1.5}
+
+
+def round_table(root: Path) -> str:
+    """README's round benchmark: one dfl-dp round through Flower vs the plain loop, per transport setting."""
+    rows = read_json(root / ROUND_BENCH)["rows"]
+    lines = ["| framework | clients per message | CPUs per node | plain s/round | Flower s/round | ratio | target |",
+             "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        target = ROUND_TARGETS[r["framework"]]
+        ratio = f"{r['ratio']:.2f}"
+        lines.append(f"| {FW_LABEL.get(r['framework'], r['framework'])} | {r['clients_per_message']} | "
+                     f"{r['cpus_per_node']:g} | {r['plain_s']:.2f} | {r['flower_s']:.2f} | "
+                     f"{f'**{ratio}**' if r['ratio'] <= target else ratio} | <= {target:g} |")
+    return "\n".join(lines)
+
+
+def round_values(root: Path) -> Mapping[str, str]:
+    """The round benchmark's run (date, load, peak memory) and its hop breakdown, for README's prose."""
+    data = read_json(root / ROUND_BENCH)
+    run = data["run"]
+    out = {"date": run["date"], "load_end": f"{run['load_average_end']:.1f}",
+           "peak_gib": f"{max(data['peak_rss_mib'].values()) / 1024:.1f}"}
+    hop = next((r for r in data["rows"] if "hop_ms" in r and r["cpus_per_node"] == 2), None)
+    if hop is not None:
+        slug = {"push->node pickup": "push", "pickup->ClientApp": "pickup", "ClientApp train()": "train",
+                "reply->ServerApp": "reply", "  of which last poll gap": "poll_gap", "ServerApp turn": "turn", "hop": "hop"}
+        out.update({f"hop.{slug[k]}": f"{v:.0f}" for k, v in hop["hop_ms"].items() if k in slug})
+        out["hop.plain_client"] = f"{hop['plain_client_ms']:.1f}"
+    return out
+
+
+BLOCKS["dfl-dp-round-table"] = round_table
+VALUES["dfl-dp-round"] = round_values
