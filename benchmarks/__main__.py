@@ -152,6 +152,14 @@ def partition_scale() -> list[dict]:
     return fn() if fn else [skipped_row("partition", why)]
 
 
+@BENCHMARKS.decorator("mixnet-scale")
+def mixnet_scale() -> list[dict]:
+    """Mixnet simulator CPU seconds per node-round and peak RSS at N = 32, 128, 512 and the fitted growth
+    (issue 40; N = 32 ... 1,024: python benchmarks/mixnet_scale.py)."""
+    fn, why = _harness("mixnet_scale")
+    return fn((32, 128, 512)) if fn else [skipped_row("mixnet-scale", why)]
+
+
 @BENCHMARKS.decorator("engine")
 def engine() -> list[dict]:
     """Seconds per dfl-dp smoke run through the default engine (flwr run on a local SuperLink) and the in-process

@@ -74,7 +74,7 @@ class Excluding(Sequence[int]):
     def __len__(self) -> int:
         return len(self._items) - len(self._gaps)
 
-    def __getitem__(self, index):  # type: ignore[override]  # ints only (random.sample's use)
+    def __getitem__(self, index):  # ints only (random.sample's use)
         if not isinstance(index, int):
             raise TypeError("Excluding supports integer indices only")
         n = len(self)

@@ -479,3 +479,38 @@ def linking_paper_values(root: Path) -> Mapping[str, str]:
 
 
 VALUES.update({"udfl-linking-paper": linking_paper_values})
+
+
+MIXNET_SCALE = Path("results_bench") / "mixnet_scale.json"  # python benchmarks/mixnet_scale.py --json ...
+
+
+def mixnet_scale_table(root: Path) -> str:
+    """The simulator's cost against N (issue 40): CPU and wall seconds per node-round, peak RSS, fitted growth."""
+    import re
+
+    data = read_json(root / MIXNET_SCALE)
+    per: dict[int, dict[str, str]] = {}
+    growth = ""
+    for r in data["rows"]:
+        m = re.match(r"mixnet N=(\d+): (process CPU s per node-round \(wall ([\d.]+); (\d+) undelivered\)|peak RSS MiB)",
+                     r["metric"])
+        if m:
+            cell = per.setdefault(int(m.group(1)), {})
+            if m.group(3) is not None:
+                cell.update(cpu=f"{r['value']:.4f}", wall=m.group(3), undelivered=m.group(4))
+            else:
+                cell["rss"] = f"{r['value']:.0f}"
+        elif r["metric"].startswith("mixnet: growth exponent"):
+            growth = f"{r['value']:.2f}"
+    if not per or not growth:
+        raise ValueError(f"{MIXNET_SCALE} lacks the per-N rows or the growth exponent")
+    lines = ["| N | process CPU s per node-round | wall s per node-round | peak RSS (MiB) | undelivered |",
+             "|---|---|---|---|---|"]
+    lines += [f"| {n} | {c['cpu']} | {c['wall']} | {c['rss']} | {c['undelivered']} |" for n, c in sorted(per.items())]
+    run = data["run"]
+    lines.append(f"\nFitted growth of CPU seconds per round in N: exponent {growth} (1 = linear); measured "
+                 f"{run['date']}, {run['cpus']} cores, load average {run['load_average_start']} at the start.")
+    return "\n".join(lines)
+
+
+BLOCKS["udfl-mixnet-scale-table"] = mixnet_scale_table
