@@ -62,12 +62,15 @@ def backend_config(num_cpus: float = 1, num_gpus: float = 0.0) -> dict:
     """Ray backend config with per-client resources.
 
     With ``RAY_ADDRESS`` set, the simulation joins that existing Ray cluster (Ray refuses
-    ``num_cpus`` when joining one); otherwise it starts a local Ray with this machine's CPUs.
+    ``num_cpus`` when joining one); otherwise it starts a local Ray of its own with this machine's CPUs,
+    ``address="local"``: without it ``ray.init`` attaches to any cluster a ``ray start`` left on the machine
+    (``/tmp/ray/ray_current_cluster``), refuses the ``num_cpus`` then, and the simulation hangs (issue 41).
     """
     init_args: dict = {"include_dashboard": False}
     if os.environ.get("RAY_ADDRESS"):
         init_args["address"] = os.environ["RAY_ADDRESS"]
     else:
+        init_args["address"] = "local"
         init_args["num_cpus"] = os.cpu_count() or 1
     return {"client_resources": {"num_cpus": num_cpus, "num_gpus": num_gpus}, "init_args": init_args}
 

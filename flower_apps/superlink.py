@@ -14,7 +14,9 @@ is stopped by its PID (SIGTERM, SIGKILL after a grace period); its SuperExec wat
 killed by PID (never by name).
 
 The SuperLink inherits this process's environment and working folder: ``RAY_ADDRESS`` attaches the
-runs to a Ray cluster, a relative ``results-dir`` or ``data-dir`` means what it means here, and
+runs to a Ray cluster (unset, it is set to ``local``: each run's ``flwr-simulation`` starts a Ray of its
+own rather than attaching to whatever cluster a ``ray start`` left on the machine), a relative
+``results-dir`` or ``data-dir`` means what it means here, and
 ``FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION=1`` keeps it in this environment (no ``uv sync``).
 
 A config goes to ``flwr run`` as run keys (:func:`run_config_of`: every key that fills a field of
@@ -182,6 +184,8 @@ class LocalSuperLink:
 
     def _env(self, flwr_home: Path) -> dict[str, str]:
         env = {**os.environ, **QUIET_ENV, "FLWR_HOME": str(flwr_home)}
+        if not env.get("RAY_ADDRESS"):
+            env["RAY_ADDRESS"] = "local"  # a Ray of each run's own, never a cluster found on the machine
         bindir = str(Path(sys.executable).parent)  # the SuperLink starts flower-superexec, flwr-simulation by name
         if bindir not in env.get("PATH", "").split(os.pathsep):
             env["PATH"] = os.pathsep.join(p for p in (bindir, env.get("PATH", "")) if p)
