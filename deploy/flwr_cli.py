@@ -67,9 +67,22 @@ def flower_env(flwr_home: str | Path, extra: Mapping[str, str] | None = None) ->
     return env
 
 
+#: flwr 1.42's own entry for the local SuperLink that a plain ``flwr run .`` starts (flwr/cli/constant.py,
+#: DEFAULT_FLOWER_CONFIG_TOML: ``[superlink.local] address = ":local:"``, the default connection)
+LOCAL_CONNECTION = {"address": ":local:"}
+
+
 def write_connection(flwr_home: str | Path, name: str, address: str, root_certificates: str | Path | None = None,
-                     insecure: bool = False, default: bool = True) -> Path:
-    """Add (or replace) ``[superlink.<name>]`` in ``<flwr_home>/config.toml``."""
+                     insecure: bool = False, default: bool = False) -> Path:
+    """Add (or replace) ``[superlink.<name>]`` in ``<flwr_home>/config.toml``, keeping flwr's ``local`` entry.
+
+    The file keeps (or gets, when this writes it first) flwr's own ``[superlink.local]`` entry and its
+    default connection (``local`` on a new file), so a plain ``flwr run .`` still means the local SuperLink
+    and never a federation or cluster this wrote; ``default=True`` (``--default``) makes ``name`` the
+    default on purpose. Refuses to write over ``local`` itself.
+    """
+    if name == "local":
+        raise ValueError("'local' is flwr's own connection to the local SuperLink; name yours otherwise")
     if root_certificates is None and not insecure:
         raise ValueError("a TLS connection needs root_certificates (or pass insecure=True)")
     path = Path(flwr_home) / "config.toml"
@@ -79,6 +92,8 @@ def write_connection(flwr_home: str | Path, name: str, address: str, root_certif
 
         data = tomllib.loads(path.read_text())
     links = data.setdefault("superlink", {})
+    links.setdefault("local", dict(LOCAL_CONNECTION))
+    links.setdefault("default", "local")
     conn: dict[str, Any] = {"address": address}
     if insecure:
         conn["insecure"] = True
@@ -229,6 +244,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--address", required=True, help="host:port of the SuperLink")
     c.add_argument("--root-certificates", help="CA certificate (omit only with --insecure)")
     c.add_argument("--insecure", action="store_true")
+    c.add_argument("--default", action="store_true",
+                   help="make it the default connection (a plain `flwr run .` then targets it; else `local` stays)")
     r = sub.add_parser("register", help="register every public key of an authorized_supernodes.pub list")
     r.add_argument("--flwr-home", default=os.environ.get("FLWR_HOME", str(Path.home() / ".flwr")))
     r.add_argument("--list", required=True)
@@ -240,7 +257,13 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.cmd == "connection":
-        print(write_connection(args.flwr_home, args.name, args.address, args.root_certificates, args.insecure))
+        path = write_connection(args.flwr_home, args.name, args.address, args.root_certificates, args.insecure,
+                                args.default)
+        import tomllib
+
+        default = tomllib.loads(path.read_text())["superlink"]["default"]
+        print(f"{path}: connection {args.name!r} written; default connection: {default!r}"
+              + ("" if default == args.name else f" (flwr run . {args.name} ... targets it)"))
     else:
         for name, node_id in register_list(args.list, args.superlink, args.flwr_home, args.skip_registered).items():
             print(f"{name}: " + (f"node id {node_id}" if node_id is not None else "already registered"))
