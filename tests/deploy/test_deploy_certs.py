@@ -121,12 +121,30 @@ def test_bad_names_are_refused(bad):
         certs.make_server_cert(ca_key, ca, [bad])
 
 
-def test_gen_certs_script_writes_the_compose_layout(tmp_path):
+def _gen_certs(tmp_path, out, **env):
+    return subprocess.run(["bash", str(REPO / "docker" / "gen_certs.sh"), "flower.example.org"], cwd=tmp_path,
+                          env={**os.environ, "OUT": str(out), **env}, capture_output=True, text=True, timeout=120)
+
+
+def test_gen_certs_script_writes_no_supernode_private_key_by_default(tmp_path):
+    """The coordinator's script makes only what the coordinator holds (issue 41, item 4): a site's private key
+    is made at the site."""
     out = tmp_path / "certs"
-    env = {**os.environ, "OUT": str(out), "SUPERNODES": "3"}
-    res = subprocess.run(["bash", str(REPO / "docker" / "gen_certs.sh"), "flower.example.org"], cwd=tmp_path,
-                         env=env, capture_output=True, text=True, timeout=120)
+    res = _gen_certs(tmp_path, out)
     assert res.returncode == 0, res.stdout + res.stderr
+    for name in ("ca.crt", "server.pem", "server.key", certs.SUPEREXEC_SECRET):
+        assert (out / name).is_file(), name
+    written = {p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()}
+    assert not any(n.startswith("supernodes/") or n == certs.AUTHORIZED_LIST for n in written), written
+    assert not [p for p in out.rglob("*") if p.is_file() and b"OPENSSH PRIVATE KEY" in p.read_bytes()]
+    assert "python -m deploy.certs node-key" in res.stdout
+
+
+def test_gen_certs_script_writes_the_compose_layout_for_a_rehearsal(tmp_path):
+    out = tmp_path / "certs"
+    res = _gen_certs(tmp_path, out, REHEARSAL="1", SUPERNODES="3")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "PRIVATE keys" in res.stderr  # said plainly
     for name in ("ca.crt", "server.pem", "server.key", certs.SUPEREXEC_SECRET, certs.AUTHORIZED_LIST,
                  *(f"supernodes/supernode-{i}.{ext}" for i in (1, 2, 3) for ext in ("key", "pub"))):
         assert (out / name).is_file(), name
@@ -134,9 +152,13 @@ def test_gen_certs_script_writes_the_compose_layout(tmp_path):
     names = srv.extensions.get_extension_for_class(x509.SubjectAlternativeName).value.get_values_for_type(
         x509.DNSName)
     assert {"superlink", "flower.example.org", "localhost"} <= set(names)
-    again = subprocess.run(["bash", str(REPO / "docker" / "gen_certs.sh")], cwd=tmp_path, env=env,
-                           capture_output=True, text=True, timeout=120)
+    again = _gen_certs(tmp_path, out, REHEARSAL="1")
     assert again.returncode != 0 and "already holds a CA" in again.stderr  # never silently replaced
+
+
+def test_gen_certs_script_refuses_a_bad_rehearsal_flag(tmp_path):
+    res = _gen_certs(tmp_path, tmp_path / "certs", REHEARSAL="yes")
+    assert res.returncode == 2 and "REHEARSAL must be 0 or 1" in res.stderr and not (tmp_path / "certs").exists()
 
 
 def test_flower_env_puts_this_pythons_bin_first_on_path(monkeypatch, tmp_path):
