@@ -86,8 +86,10 @@ def node_folder(data_path: str | Path, study: str) -> Path:
 def read_manifest(data_path: str | Path, expected_format: str, node: str = "") -> NodeManifest:
     """Read and check ``<data_path>/node.json``; ``expected_format`` is what the study reads.
 
-    ``node`` names the node in messages when the manifest has no ``node`` field (e.g. the
-    SuperNode's id).
+    ``node`` names the node in messages: the SuperNode's ``node-name`` (or its id), which the operator
+    chose for that machine, so two SuperNodes given the same folder by mistake still tell apart; the
+    manifest's ``node`` field (written by the export, the same for every reader of the folder) names it
+    only when ``node`` is empty.
     """
     if expected_format not in FORMATS:
         raise ValueError(f"expected_format must be one of {FORMATS}, got {expected_format!r}")
@@ -105,7 +107,7 @@ def read_manifest(data_path: str | Path, expected_format: str, node: str = "") -
         raise NodeDataError(f"{label}: {path}: not valid JSON ({one_line(exc)})") from exc
     if not isinstance(raw, dict):
         raise NodeDataError(f"{label}: {path}: expected a JSON object, got {type(raw).__name__}")
-    label = str(raw.get("node") or label)
+    label = node or str(raw.get("node") or label)
     if raw.get("format") != expected_format:
         raise NodeDataError(f"{label}: {path}: format is {raw.get('format')!r}, this study reads "
                             f"{expected_format!r}")

@@ -165,10 +165,13 @@ def discover(grid: Grid, action: str, config: ConfigRecord, timeout: float, num_
         info: dict[str, Any] = {k: (list(v) if isinstance(v, list) else v) for k, v in rec.items()}
         for c in info["client-ids"]:
             if not 0 <= int(c) < num_clients:
-                raise DataError(f"{info['node']} holds client {c}, outside [0, num-clients={num_clients})")
+                raise DataError(f"{info['node']} (node id {nid}) holds client {c}, outside "
+                                f"[0, num-clients={num_clients})")
             if c in out.placement:
-                other = out.nodes[out.placement[c]]["node"]
-                raise DataError(f"client {c} is held by two nodes: {other} and {info['node']}")
+                first = out.placement[c]
+                raise DataError(f"client {c} is held by two nodes: {out.nodes[first]['node']} (node id {first}) "
+                                f"and {info['node']} (node id {nid}); each SuperNode's data-path must hold its "
+                                "own clients (check their --node-config)")
             out.placement[int(c)] = nid
         out.nodes[nid] = info
     for nid in set(nodes) - answered:

@@ -103,7 +103,7 @@ def query(msg: Message, context: Context) -> Message:
         _, data = _data(cfg, context, name)
     except DataError as exc:
         return error_reply(msg, name, exc)
-    return describe_reply(msg, data.node, data.sizes(), data.label_counts())
+    return describe_reply(msg, name, data.sizes(), data.label_counts())
 
 
 def train(msg: Message, context: Context) -> Message:

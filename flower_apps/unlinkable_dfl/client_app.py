@@ -75,7 +75,7 @@ def query(msg: Message, context: Context) -> Message:
         _, plan = _plan(cfg, context, name)
     except DataError as exc:
         return error_reply(msg, name, exc)
-    return describe_reply(msg, plan.node, plan.sizes(), plan.label_counts())
+    return describe_reply(msg, name, plan.sizes(), plan.label_counts())
 
 
 def train(msg: Message, context: Context) -> Message:

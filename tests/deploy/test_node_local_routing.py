@@ -57,16 +57,27 @@ def test_describe_round_places_clients_and_records_the_malformed_node(tmp_path, 
     assert found.errors[33].startswith("site-33") and "node.json: missing" in found.errors[33]
     summary = found.summary(range(8))
     assert summary["missing_clients"] == [6, 7]
-    assert [n["node"] for n in summary["nodes"]] == ["site-a", "site-b"]
+    # each node by its own node-name (the operator's), not by the manifest's "node" field the export wrote
+    assert [n["node"] for n in summary["nodes"]] == ["site-11", "site-22"]
 
 
 def test_two_nodes_claiming_one_client_refuse_the_run(tmp_path, cfg, fake_grid_cls):
     paths = {1: _folder(tmp_path / "a", [0, 1], "site-a"), 2: _folder(tmp_path / "b", [1, 2], "site-b")}
-    with pytest.raises(DataError, match="client 1 is held by two nodes: site-a and site-b"):
+    with pytest.raises(DataError, match=r"client 1 is held by two nodes: site-1 \(node id 1\) and site-2 \(node id 2\)"):
         discover(fake_grid_cls([1, 2], _handler(paths)), ACTION, config_record_for(cfg), 10.0, cfg.num_clients)
     paths = {1: _folder(tmp_path / "c", [7], "site-c")}
-    with pytest.raises(DataError, match=r"site-c holds client 7, outside \[0, num-clients=6\)"):
+    with pytest.raises(DataError, match=r"site-1 \(node id 1\) holds client 7, outside \[0, num-clients=6\)"):
         discover(fake_grid_cls([1], _handler(paths)), ACTION, config_record_for(cfg), 10.0, cfg.num_clients)
+
+
+def test_two_sites_given_one_folder_are_told_apart(tmp_path, cfg, fake_grid_cls):
+    """The operator's mistake of issue 41: two SuperNodes with one exported folder (one manifest name, "node-0").
+    The error names both sites by their node-name, so the misconfigured one can be found."""
+    shared = _folder(tmp_path / "node-0", [0, 1], "node-0")
+    with pytest.raises(DataError) as err:
+        discover(fake_grid_cls([4, 7], _handler({4: shared, 7: shared})), ACTION, config_record_for(cfg), 10.0,
+                 cfg.num_clients)
+    assert "site-4 (node id 4) and site-7 (node id 7)" in str(err.value) and "node-0 and node-0" not in str(err.value)
 
 
 def test_the_placement_addresses_each_message_to_the_holder():

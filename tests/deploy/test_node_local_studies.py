@@ -63,10 +63,10 @@ def test_unlinkable_dfl_node_local_equals_the_simulation_and_names_the_bad_node(
     sim = _run("unlinkable-dfl", server_main, _grid(fake_grid_cls, client_app, {}), UDFL, tmp_path / "sim")
     s = dep["summary"]
     assert s["node_local_data"] and s["missing_clients"] == [] and s["round_errors"] == []
-    assert {n["node"]: n["client_ids"] for n in s["nodes"]} == {"node-0": [0, 1, 2], "node-1": [3, 4, 5]}
+    assert {n["node"]: n["client_ids"] for n in s["nodes"]} == {"site-1": [0, 1, 2], "site-2": [3, 4, 5]}  # node-names
     (err,) = s["node_errors"]
     # the SuperNode's node-name, then the manifest's node name, the file and the problem
-    assert err["node_id"] == 3 and err["error"].startswith("site-3: node-2: ")
+    assert err["node_id"] == 3 and err["error"].startswith("site-3: ") and "node-2" in err["error"]
     assert "client-0.npz: not a readable .npz" in err["error"]
     # Same learning: every node's accuracy (now computed by the coordinator on the exported test prefix).
     assert s["acc_curve"] == pytest.approx(sim["summary"]["acc_curve"], abs=1e-9)
@@ -111,7 +111,8 @@ def test_ultrasound_node_local_equals_the_simulation_and_names_the_bad_node(tmp_
     sim = _run("ultrasound", server_main, _grid(fake_grid_cls, client_app, {}), US, tmp_path / "sim")
     s = dep["summary"]
     (err,) = s["node_errors"]
-    assert err["error"].startswith("site-3: node-2: ") and "class folder(s) ['normal', 'malignant'] missing" in err["error"]
+    assert err["error"].startswith("site-3: ") and "node-2" in err["error"]
+    assert "class folder(s) ['normal', 'malignant'] missing" in err["error"]
     assert s["missing_clients"] == [] and s["n_train"] == sim["summary"]["n_train"]
     assert s["n_test"] == sim["summary"]["n_test"] and s["n_val"] == sim["summary"]["n_val"]
     a = torch.load(dep["dir"] / "final_model.pt", weights_only=True)
