@@ -96,9 +96,14 @@ def describe_reply(msg: Message, name: str, sizes: Mapping[int, int],
 
 
 def error_reply(msg: Message, name: str, exc: Exception) -> Message:
-    """An error reply naming the node (the server counts it as a failed node and records why)."""
+    """An error reply naming the node (the server counts it as a failed node and records why).
+
+    The same line goes to this node's own log (the SuperNode's output, where its ClientApps log): the site
+    whose folder is missing or unreadable sees why in its own log, not only in the coordinator's summary."""
     text = str(exc)
-    return Message(Error(NODE_DATA_ERROR, text if name in text else f"{name}: {text}"), reply_to=msg)
+    reason = text if name in text else f"{name}: {text}"
+    log.error("this node's data cannot serve the run (the coordinator counts it as failed): %s", reason)
+    return Message(Error(NODE_DATA_ERROR, reason), reply_to=msg)
 
 
 @dataclass

@@ -212,10 +212,36 @@ def open_run_folder(folder: str | Path, cfg: Any) -> Path:
     check_run_folder(folder, cfg)
     check_rerun(folder, cfg)
     out = Path(folder)
+    if not out.exists():
+        _CREATED.add(out.resolve())
     out.mkdir(parents=True, exist_ok=True)
     _lock_run_folder(out)
     atomic_write_json(out / "config.json", dataclasses.asdict(cfg))
     return out
+
+
+#: run folders this process created (open_run_folder), which :func:`discard_unstarted` may remove
+_CREATED: set[Path] = set()
+#: what a run folder holds before its first round: nothing a refused run needs to keep
+_BEFORE_FIRST_ROUND = frozenset({"config.json", RUN_LOCK, "class_counts.csv", "class_counts.png"})
+
+
+def discard_unstarted(folder: str | Path) -> bool:
+    """Remove ``folder`` when this process created it and the run was refused before its first round
+    (e.g. two SuperNodes claim one client): a refused run leaves no folder behind. A folder that was there
+    before, or that holds anything a run wrote later (rounds, a checkpoint), is kept. True when removed."""
+    import shutil
+
+    out = Path(folder)
+    key = out.resolve()
+    if key not in _CREATED or not out.is_dir():
+        return False
+    if any(p.name not in _BEFORE_FIRST_ROUND for p in out.iterdir()):
+        return False
+    close_run_folder(out)
+    shutil.rmtree(out)
+    _CREATED.discard(key)
+    return True
 
 
 def _json_default(o: Any) -> Any:

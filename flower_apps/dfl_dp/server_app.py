@@ -15,6 +15,7 @@ from pathlib import Path
 from flwr.app import ArrayRecord, MetricRecord
 from flwr.serverapp import Grid
 
+from datasets.base import DataError
 from flower_apps.common.local_training import evaluate
 from flower_apps.common.node_data import RoundErrors, discover
 from flower_apps.common.results import (
@@ -22,6 +23,7 @@ from flower_apps.common.results import (
     atomic_write_jsonl,
     atomic_write_text,
     close_run_folder,
+    discard_unstarted,
     open_run_folder,
     run_finished,
     run_folder,
@@ -89,7 +91,11 @@ def server_main(grid: Grid, cfg: DflDpConfig) -> dict:
     nodes = wait_for_nodes(grid, min_nodes)
     client_ids, deployment, placement = list(range(cfg.num_clients)), {}, None
     if cfg.node_local_data:  # the nodes say which clients they hold; each message goes to the holder
-        found = discover(grid, ACTION, config_record_for(cfg), cfg.round_timeout, cfg.num_clients)
+        try:
+            found = discover(grid, ACTION, config_record_for(cfg), cfg.round_timeout, cfg.num_clients)
+        except DataError:  # refused before the first round (no usable node, one client claimed twice)
+            discard_unstarted(out)
+            raise
         client_ids, placement = found.client_ids, found.placement
         assert isinstance(plan, EvalPlan)  # typing: under node-local-data the plan is eval_plan(cfg) (above)
         for c, counts in found.label_counts().items():

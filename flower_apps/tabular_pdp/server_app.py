@@ -25,12 +25,14 @@ from flwr.app import ArrayRecord
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 
+from datasets.base import DataError
 from datasets.cancer import describe_source
 from flower_apps.common.node_data import RoundErrors, discover
 from flower_apps.common.results import (
     atomic_write_json,
     atomic_write_jsonl,
     close_run_folder,
+    discard_unstarted,
     open_run_folder,
     run_finished,
     run_folder,
@@ -244,7 +246,11 @@ def server_main(grid: Grid, cfg: TabularPdpConfig) -> dict:
         warnings.warn("tab-noise-multiplier = 0: GDP and PDP add no noise (epsilon is infinite)", stacklevel=2)
     clients, deployment, errors, placement = list(range(cfg.num_clients)), {}, RoundErrors(), None
     if cfg.node_local_data:  # the nodes say which clients (regions) they hold; messages go to the holder
-        found = discover(grid, ACTION, message_config(cfg), cfg.round_timeout, cfg.num_clients)
+        try:
+            found = discover(grid, ACTION, message_config(cfg), cfg.round_timeout, cfg.num_clients)
+        except DataError:  # refused before the first round (no usable node, one client claimed twice)
+            discard_unstarted(out)
+            raise
         clients, placement = found.client_ids, found.placement
         deployment = found.summary(range(cfg.num_clients))
     else:  # a simulation's SuperNodes may register after the ServerApp starts (as the other studies do)

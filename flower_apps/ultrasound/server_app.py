@@ -24,12 +24,14 @@ import torch
 from flwr.app import ArrayRecord, ConfigRecord, MetricRecord
 from flwr.serverapp import Grid
 
+from datasets.base import DataError
 from flower_apps.common.node_data import RoundErrors, discover
 from flower_apps.common.results import (
     atomic_write_bytes,
     atomic_write_json,
     atomic_write_jsonl,
     close_run_folder,
+    discard_unstarted,
     open_run_folder,
     run_finished,
     run_folder,
@@ -123,8 +125,12 @@ def server_main(grid: Grid, cfg: UltrasoundConfig) -> dict:
     out = open_run_folder(run_dir(cfg), cfg)
     (out / "summary.json").unlink(missing_ok=True)  # this config's old summary, if any: rewritten at the end
     # Deployment: the SuperNodes say which clients they hold; the coordinator keeps only test/ and val/.
-    data, placement, deployment = (_node_local(grid, cfg) if cfg.node_local_data
-                                   else (build_data(data_key(cfg)), None, {}))
+    try:
+        data, placement, deployment = (_node_local(grid, cfg) if cfg.node_local_data
+                                       else (build_data(data_key(cfg)), None, {}))
+    except DataError:  # refused before the first round (no usable node, one client claimed twice)
+        discard_unstarted(out)
+        raise
     device = pick_device(cfg.device)
     model, info = create_model(cfg.arch, data.num_classes, cfg.image_size, dp=cfg.dp_sgd, pretrained=cfg.pretrained,
                                weights_dir=cfg.weights_dir, seed=cfg.seed, dp_finetune=cfg.dp_finetune,

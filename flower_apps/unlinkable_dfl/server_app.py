@@ -32,11 +32,13 @@ from flwr.app import ArrayRecord, ConfigRecord
 from flwr.serverapp import Grid
 
 from attacks.linking.content import CuriousRecipientRecorder
+from datasets.base import DataError
 from flower_apps.common.node_data import RoundErrors, discover
 from flower_apps.common.results import (
     atomic_write_json,
     atomic_write_jsonl,
     close_run_folder,
+    discard_unstarted,
     open_run_folder,
     run_finished,
     run_folder,
@@ -190,7 +192,11 @@ def _run_rounds(grid, cfg, out, t_start, plan, init, num_values, layout, models,
     supernodes = wait_for_nodes(grid, 1)
     placement, deployment, errors = None, {}, RoundErrors()
     if cfg.node_local_data:
-        found = discover(grid, ACTION, ConfigRecord({"run-config": cfg.to_json()}), cfg.round_timeout, cfg.num_nodes)
+        try:
+            found = discover(grid, ACTION, ConfigRecord({"run-config": cfg.to_json()}), cfg.round_timeout, cfg.num_nodes)
+        except DataError:  # refused before the first round (no usable node, one client claimed twice)
+            discard_unstarted(out)
+            raise
         placement, deployment = found.placement, found.summary(range(cfg.num_nodes))
         world.exclude(deployment["missing_clients"])  # no SuperNode holds their data: absent all run
     curious = CuriousRecipientRecorder(cfg.curious_node, layout) if cfg.curious_node >= 0 else None

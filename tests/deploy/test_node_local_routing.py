@@ -250,3 +250,42 @@ def test_tabular_node_failing_mid_run_is_named_in_the_summary(tmp_path, fake_gri
     assert {c for e in errs for c in e["clients"]} <= {2, 3}
     assert all(e["error"].startswith(("vanilla: ", "pdp: ")) for e in errs), errs
     assert np.isfinite(summary["settings"]["pdp"]["final_mae"])
+
+
+def test_a_run_refused_at_the_describe_round_leaves_no_folder(tmp_path, cfg, fake_grid_cls):
+    """Issue 41, item 6: two nodes claiming one client stop the run before its first round, and the run folder
+    that server_main had opened (config.json and a lock) is removed again; a folder that was there is kept."""
+    from dataclasses import replace
+
+    from datasets.base import DataError
+    from flower_apps.common.results import discard_unstarted, open_run_folder
+    from flower_apps.dfl_dp.server_app import run_dir, server_main
+
+    ev = tmp_path / "eval.npz"
+    np.savez(ev, x=np.zeros((4, 8, 8), np.uint8), y=np.arange(4) % 10, num_classes=10, mean=[0.1307], std=[0.3081])
+    run = replace(cfg, eval_data_path=str(ev), results_dir=str(tmp_path / "results"))
+    paths = {1: _folder(tmp_path / "a", [0, 1], "site-a"), 2: _folder(tmp_path / "b", [1, 2], "site-b")}
+    with pytest.raises(DataError, match="client 1 is held by two nodes"):
+        server_main(fake_grid_cls([1, 2], _handler(paths)), run)
+    assert not run_dir(run).exists() and (tmp_path / "results").is_dir()
+    # the detector's other side: a folder that existed before this process opened it is never removed
+    kept = run_dir(run)
+    kept.mkdir(parents=True)
+    open_run_folder(kept, run)
+    assert not discard_unstarted(kept) and (kept / "config.json").is_file()
+
+
+def test_a_site_sees_its_own_data_error_in_its_log(tmp_path, cfg, caplog):
+    """Issue 41, item 6: the node whose data-path is missing logs why, on the node (not only in the reply)."""
+    import logging
+
+    from flower_apps.common.node_data import NODE_DATA_ERROR
+
+    handle = _handler({5: tmp_path / "no-such-folder"})
+    msg = build_messages([(5, [0])], ArrayRecord(), config_record_for(cfg), ACTION, "query")[0]
+    msg.content["config"]["query"] = "describe-node-data"
+    with caplog.at_level(logging.ERROR, logger="flwr"):
+        reply = handle(5, msg)
+    assert reply.has_error() and reply.error.code == NODE_DATA_ERROR
+    logged = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert any("site-5" in m and "no-such-folder" in m and "cannot serve the run" in m for m in logged), logged
