@@ -138,6 +138,16 @@ def export(study: str, nodes: int, seed: int, out: str | Path, preset: str = "pa
     spec, cfg = prepare(raw)
     fn, packs = EXPORTERS[study]
     num_clients = getattr(cfg, "num_clients", None) or cfg.num_nodes  # unlinkable-dfl calls its clients nodes
+    cpm = getattr(cfg, "clients_per_message", 1)
+    if packs and "clients-per-message" not in (overrides or {}) and -(-num_clients // cpm) < nodes <= num_clients:
+        # The preset packs more clients per message than the sites allow (each message goes to one node): the
+        # largest packing that gives every node a message, recorded in the run config the coordinator repeats.
+        # A clients-per-message the user gave is never changed (node_blocks refuses it with the reason).
+        fit = next(c for c in range(-(-num_clients // nodes), 0, -1) if -(-num_clients // c) >= nodes)
+        overrides = {**(overrides or {}), "clients-per-message": fit}
+        spec, cfg = prepare({**raw, **overrides})
+        print(f"export: clients-per-message={cfg.clients_per_message} (the {preset} preset's {cpm} would leave "
+              f"{nodes} nodes only {-(-num_clients // cpm)} messages); the coordinator's flwr run below repeats it")
     blocks = node_blocks(num_clients, nodes, getattr(cfg, "clients_per_message", 1) if packs else 1)
     out = Path(out).resolve()
     run_config = fn(cfg, blocks, out)
