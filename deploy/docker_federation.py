@@ -79,6 +79,8 @@ def _close(a: float, b: float, rel: float, abs_: float) -> bool:
 def compare_runs(study: str, deployed: Path, simulated: Path) -> list[str]:
     """Differences between a deployed and a simulated run folder ([] = equal to the tolerances of
     tests/deploy/test_node_local_federation.py)."""
+    if study not in STUDIES:
+        raise ValueError(f"no comparison for study {study!r}; available: {list(STUDIES)}")
     a, b = json.loads((deployed / "summary.json").read_text()), json.loads((simulated / "summary.json").read_text())
     diffs: list[str] = []
     if study == "dfl-dp":
@@ -97,7 +99,7 @@ def compare_runs(study: str, deployed: Path, simulated: Path) -> list[str]:
         ca, cb = (deployed / "class_counts.csv").read_text(), (simulated / "class_counts.csv").read_text()
         if ca != cb:
             diffs.append("class_counts.csv differs")
-    elif study == "tabular-pdp":
+    else:  # tabular-pdp
         for key in ("participants", "regions", "train_sizes"):
             if a.get(key) != b.get(key):
                 diffs.append(f"{key}: {a.get(key)} != {b.get(key)}")
@@ -113,8 +115,6 @@ def compare_runs(study: str, deployed: Path, simulated: Path) -> list[str]:
             got = a["settings"].get(s, {}).get("final_mae")
             if got is None or not _close(got, m["final_mae"], 1e-5, 0.0):
                 diffs.append(f"settings[{s}].final_mae: {got} != {m['final_mae']}")
-    else:
-        raise ValueError(f"no comparison for study {study!r}; available: {list(STUDIES)}")
     return diffs
 
 

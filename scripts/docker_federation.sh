@@ -182,6 +182,8 @@ mkdir -p docker/data/coordinator
   --out docker/data >>"$WORK/export.log" 2>&1 || { cat "$WORK/export.log"; die "export of tabular-pdp failed"; }
 # The server's DP noise seed (research only: whoever holds it can reproduce the noise): both runs use it.
 [ -f docker/data/coordinator/noise.seed ] || echo "docker federation rehearsal" >docker/data/coordinator/noise.seed
+# deploy.export writes owner-only files; the containers' user (uid 49999) reads them (mounted read-only)
+[ "$(id -u)" = "0" ] && chown -R 49999:49999 docker/data
 say "exported docker/data (node-0..2 + coordinator) in $(secs "$t0" "$(now)") s"
 mkdir -p "$RESULTS" && [ "$(id -u)" = "0" ] && chown -R 49999:49999 "$RESULTS"
 
@@ -214,12 +216,14 @@ declare -A RUNLINE
 status=0
 for study in $STUDIES; do
   keys="$DFL_KEYS"; [ "$study" = "tabular-pdp" ] && keys="$TAB_KEYS"
-  rc=0
+  set +e  # a failed study is reported, and the next one still runs
   PATH="$FLWR_BIN:$PATH" "$PY" -m deploy.docker_federation --study "$study" --data docker/data \
     --flwr-home "$WORK/flwr" --connection compose --results "$RESULTS/$study" \
     --sim-results "$SIM_RESULTS/$study" --seed-file docker/data/coordinator/noise.seed --extra "$keys" \
-    2>&1 | tee "$WORK/run-$study.log" | grep -E '^\[|^\{|^  ' || true
-  rc=${PIPESTATUS[0]}
+    2>&1 | tee "$WORK/run-$study.log" | grep --line-buffered -E '^\[|^\{|^  '
+  pipe=("${PIPESTATUS[@]}")
+  set -e
+  rc=${pipe[0]}
   RUNLINE[$study]="$(grep '^{' "$WORK/run-$study.log" | tail -1 || true)"
   [ "$rc" = "0" ] || { status=1; say "$study: exit $rc (log $WORK/run-$study.log)"; }
 done
