@@ -17,9 +17,15 @@ What flwr 1.42 expects (read from the installed sources, see docs/deployment.md)
   (``--auth-list-public-keys`` is refused); ``authorized_supernodes.pub`` written here is the
   list the coordinator registers (``python -m deploy.flwr_cli register``).
 
-    python -m deploy.certs all --out docker/certs --san superlink --san localhost --supernodes 3
-    python -m deploy.certs tls --out certs --san flower.example.org --san 203.0.113.7
+    python -m deploy.certs tls --out certs --san flower.example.org --san 203.0.113.7   # the coordinator
     python -m deploy.certs node-key --out my-keys hospital-a      # each institution, privately
+    python -m deploy.certs authorize --out certs hospital-a.pub hospital-b.pub   # the coordinator
+    python -m deploy.certs all --out docker/certs --san superlink --supernodes 3  # rehearsal on one host only
+
+Only ``node-key`` writes a SuperNode's private key where the SuperNode runs; the coordinator
+holds the CA, the server key, the SuperExec secret and the sites' *public* keys. ``all`` writes
+every site's private key too, on one host: a rehearsal (docker/compose.yaml's one-host
+federation, the loopback tests), never a real deployment.
 """
 
 from __future__ import annotations
@@ -189,9 +195,48 @@ def write_superexec_secret(out: str | Path) -> Path:
     return _write(Path(out) / SUPEREXEC_SECRET, secrets.token_hex(32).encode(), private=True)
 
 
+def read_public_key_line(path: str | Path) -> bytes:
+    """One site's OpenSSH public key line, checked as ``flwr supernode register`` will load it.
+
+    Refuses, naming the file, anything that is not one ``ecdsa-sha2-nistp*`` public key line (above
+    all a private key sent by mistake: it must never reach the coordinator).
+    """
+    from cryptography.hazmat.primitives.serialization import load_ssh_public_key
+
+    path = Path(path)
+    data = path.read_bytes().strip()
+    if b"PRIVATE KEY" in data:
+        raise ValueError(f"{path}: this is a PRIVATE key; a site sends only its .pub file and keeps the key")
+    lines = data.splitlines()
+    if len(lines) != 1:
+        raise ValueError(f"{path}: expected one OpenSSH public key line, got {len(lines)} lines")
+    try:
+        key = load_ssh_public_key(lines[0])
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"{path}: not an OpenSSH public key ({exc})") from None
+    if not isinstance(key, ec.EllipticCurvePublicKey):
+        raise ValueError(f"{path}: SuperNode keys are EC keys on a NIST curve (ecdsa-sha2-nistp*), "
+                         f"got {type(key).__name__}")
+    return lines[0] + b"\n"
+
+
+def write_authorized_from_files(out: str | Path, public_keys: list[str | Path]) -> Path:
+    """``authorized_supernodes.pub`` from the public key files the sites sent (each checked first)."""
+    if not public_keys:
+        raise ValueError("no public key files given: each site runs `python -m deploy.certs node-key` and sends "
+                         "its .pub")
+    lines = [read_public_key_line(p) for p in public_keys]
+    if len(set(lines)) != len(lines):
+        raise ValueError("the same public key is listed twice")
+    return _write(Path(out) / AUTHORIZED_LIST, b"".join(lines), private=False)
+
+
 def write_all(out: str | Path, names: list[str], supernodes: int, days: int = 825) -> tuple[TlsFiles, list[NodeKey]]:
     """TLS files and the SuperExec secret under ``out``, ``supernodes`` key pairs under
-    ``out/supernodes`` and the authorized list."""
+    ``out/supernodes`` and the authorized list.
+
+    Rehearsal only: every site's private key lands on this host (see the module docstring).
+    """
     if supernodes < 0:
         raise ValueError(f"supernodes must be >= 0, got {supernodes}")
     tls = write_tls(out, names, days)
@@ -205,7 +250,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m deploy.certs", description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
     for cmd in ("all", "tls"):
-        s = sub.add_parser(cmd, help="CA + SuperLink certificate" + (" + SuperNode keys" if cmd == "all" else ""))
+        s = sub.add_parser(cmd, help="CA + SuperLink certificate + SuperExec secret" + (
+            " + every SuperNode's key pair (rehearsal on one host only)" if cmd == "all" else " (the coordinator)"))
         s.add_argument("--out", required=True, help="output directory")
         s.add_argument("--san", action="append", default=[],
                        help="DNS name or IP of the SuperLink as clients dial it (repeatable); "
@@ -216,7 +262,18 @@ def main(argv: list[str] | None = None) -> int:
     s = sub.add_parser("node-key", help="one SuperNode key pair (run by each institution)")
     s.add_argument("--out", required=True)
     s.add_argument("name")
+    s = sub.add_parser("authorize", help="authorized_supernodes.pub from the sites' public key files")
+    s.add_argument("--out", required=True, help="the coordinator's certificate directory")
+    s.add_argument("public_keys", nargs="+", help="the .pub files the sites sent")
     args = p.parse_args(argv)
+    if args.cmd == "authorize":
+        try:
+            listed = write_authorized_from_files(args.out, args.public_keys)
+        except (OSError, ValueError) as exc:
+            p.error(str(exc))
+        print(f"authorized  {listed} ({len(args.public_keys)} SuperNodes; register with "
+              "python -m deploy.flwr_cli register)")
+        return 0
     if args.cmd == "node-key":
         k = write_node_key(args.out, args.name)
         print(f"private key {k.private_key} (keep it on the SuperNode)\npublic key  {k.public_key} "
@@ -235,6 +292,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{k.name:11s} {k.private_key} + {k.public_key}")
     if keys:
         print(f"authorized  {Path(args.out) / AUTHORIZED_LIST} (register with python -m deploy.flwr_cli register)")
+        print("REHEARSAL: every SuperNode's private key is on this host; in a real deployment each site runs "
+              "`python -m deploy.certs node-key` and sends only its .pub")
     return 0
 
 

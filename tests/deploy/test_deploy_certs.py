@@ -13,6 +13,7 @@ import socket
 import ssl
 import stat
 import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -121,50 +122,90 @@ def test_bad_names_are_refused(bad):
         certs.make_server_cert(ca_key, ca, [bad])
 
 
-def _gen_certs(tmp_path, out, **env):
-    return subprocess.run(["bash", str(REPO / "docker" / "gen_certs.sh"), "flower.example.org"], cwd=tmp_path,
-                          env={**os.environ, "OUT": str(out), **env}, capture_output=True, text=True, timeout=120)
+def _gen_certs(tmp_path, out, *args, **env):
+    return subprocess.run(["bash", str(REPO / "docker" / "gen_certs.sh"), *args], cwd=tmp_path,
+                          env={**os.environ, "PYTHON": sys.executable, "OUT": str(out), **env}, capture_output=True,
+                          text=True, timeout=120)
 
 
-def test_gen_certs_script_writes_no_supernode_private_key_by_default(tmp_path):
-    """The coordinator's script makes only what the coordinator holds (issue 41, item 4): a site's private key
-    is made at the site."""
+def test_gen_certs_by_default_writes_only_what_the_coordinator_holds(tmp_path):
+    """Issue 41, item 4: no SuperNode private key is made on the coordinator's host by default."""
     out = tmp_path / "certs"
-    res = _gen_certs(tmp_path, out)
+    res = _gen_certs(tmp_path, out, "flower.example.org")
     assert res.returncode == 0, res.stdout + res.stderr
-    for name in ("ca.crt", "server.pem", "server.key", certs.SUPEREXEC_SECRET):
-        assert (out / name).is_file(), name
-    written = {p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()}
-    assert not any(n.startswith("supernodes/") or n == certs.AUTHORIZED_LIST for n in written), written
-    assert not [p for p in out.rglob("*") if p.is_file() and b"OPENSSH PRIVATE KEY" in p.read_bytes()]
-    assert "python -m deploy.certs node-key" in res.stdout
-
-
-def test_gen_certs_script_writes_the_compose_layout_for_a_rehearsal(tmp_path):
-    out = tmp_path / "certs"
-    res = _gen_certs(tmp_path, out, REHEARSAL="1", SUPERNODES="3")
-    assert res.returncode == 0, res.stdout + res.stderr
-    assert "PRIVATE keys" in res.stderr  # said plainly
-    for name in ("ca.crt", "server.pem", "server.key", certs.SUPEREXEC_SECRET, certs.AUTHORIZED_LIST,
-                 *(f"supernodes/supernode-{i}.{ext}" for i in (1, 2, 3) for ext in ("key", "pub"))):
-        assert (out / name).is_file(), name
+    written = {str(p.relative_to(out)) for p in out.rglob("*") if p.is_file()}
+    assert written == {".gitignore", "ca.crt", "ca.key", "server.pem", "server.key", certs.SUPEREXEC_SECRET}
+    assert "deploy.certs node-key" in res.stdout and "deploy.certs authorize" in res.stdout
     srv = x509.load_pem_x509_certificate((out / "server.pem").read_bytes())
     names = srv.extensions.get_extension_for_class(x509.SubjectAlternativeName).value.get_values_for_type(
         x509.DNSName)
     assert {"superlink", "flower.example.org", "localhost"} <= set(names)
-    again = _gen_certs(tmp_path, out, REHEARSAL="1")
+    again = _gen_certs(tmp_path, out)
     assert again.returncode != 0 and "already holds a CA" in again.stderr  # never silently replaced
 
 
-def test_gen_certs_script_refuses_a_bad_rehearsal_flag(tmp_path):
-    res = _gen_certs(tmp_path, tmp_path / "certs", REHEARSAL="yes")
-    assert res.returncode == 2 and "REHEARSAL must be 0 or 1" in res.stderr and not (tmp_path / "certs").exists()
+@pytest.mark.parametrize("how", [("--rehearsal",), ("REHEARSAL=1",)])
+def test_gen_certs_rehearsal_writes_the_compose_layout(tmp_path, how):
+    out = tmp_path / "certs"
+    args, env = ((), {"REHEARSAL": "1"}) if how == ("REHEARSAL=1",) else (how, {})
+    res = _gen_certs(tmp_path, out, *args, "flower.example.org", SUPERNODES="3", **env)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "REHEARSAL" in res.stdout and "private keys of all 3 SuperNodes" in res.stdout
+    for name in ("ca.crt", "server.pem", "server.key", certs.SUPEREXEC_SECRET, certs.AUTHORIZED_LIST,
+                 *(f"supernodes/supernode-{i}.{ext}" for i in (1, 2, 3) for ext in ("key", "pub"))):
+        assert (out / name).is_file(), name
+
+
+@pytest.mark.parametrize("args,env,message", [
+    (("--insecure",), {}, "unknown option --insecure"),
+    ((), {"REHEARSAL": "yes"}, "REHEARSAL must be 0 or 1"),
+    (("--rehearsal",), {"SUPERNODES": "three"}, "SUPERNODES must be a number"),
+])
+def test_gen_certs_refuses_bad_input_before_writing(tmp_path, args, env, message):
+    out = tmp_path / "certs"
+    res = _gen_certs(tmp_path, out, *args, **env)
+    assert res.returncode != 0 and message in res.stderr, res.stderr
+    assert not out.exists()
+
+
+def test_sites_make_their_keys_and_the_coordinator_authorizes_only_public_ones(tmp_path):
+    """The real flow: each site runs `node-key`, sends its .pub; the coordinator runs `authorize`."""
+    a = certs.write_node_key(tmp_path / "site-a", "hospital-a")
+    b = certs.write_node_key(tmp_path / "site-b", "hospital-b")
+    coord = tmp_path / "coordinator"
+    assert certs.main(["tls", "--out", str(coord), "--san", "superlink"]) == 0
+    assert not list(coord.rglob("*.key.pub")) and not (coord / "supernodes").exists()
+    assert certs.main(["authorize", "--out", str(coord), str(a.public_key), str(b.public_key)]) == 0
+    listed = (coord / certs.AUTHORIZED_LIST).read_text().splitlines()
+    assert listed == [a.public_key.read_text().strip(), b.public_key.read_text().strip()]
+    for line, key in zip(listed, (a, b)):
+        pub = tmp_path / f"{key.name}.check.pub"
+        pub.write_text(line + "\n")
+        assert try_load_public_key(pub) == public_key_to_bytes(
+            load_ssh_private_key(key.private_key.read_bytes(), None).public_key())  # as flwr registers it
+    # no private key anywhere on the coordinator's side
+    assert all(b"PRIVATE KEY" not in p.read_bytes() for p in coord.rglob("*")
+               if p.is_file() and p.name not in ("ca.key", "server.key"))
+
+
+def test_authorize_refuses_a_private_key_and_garbage(tmp_path, capsys):
+    k = certs.write_node_key(tmp_path, "hospital-a")
+    with pytest.raises(ValueError, match="PRIVATE key"):
+        certs.write_authorized_from_files(tmp_path / "out", [k.private_key])
+    junk = tmp_path / "junk.pub"
+    junk.write_text("ssh-ed25519 notbase64 x\n")
+    with pytest.raises(ValueError, match="not an OpenSSH public key"):
+        certs.write_authorized_from_files(tmp_path / "out", [junk])
+    with pytest.raises(ValueError, match="listed twice"):
+        certs.write_authorized_from_files(tmp_path / "out", [k.public_key, k.public_key])
+    with pytest.raises(SystemExit):
+        certs.main(["authorize", "--out", str(tmp_path / "out"), str(k.private_key)])
+    assert "PRIVATE key" in capsys.readouterr().err
+    assert not (tmp_path / "out" / certs.AUTHORIZED_LIST).exists()
 
 
 def test_flower_env_puts_this_pythons_bin_first_on_path(monkeypatch, tmp_path):
     """Flower spawns flower-superexec / flwr-serverapp by bare name: an unactivated venv must still work."""
-    import sys
-
     from deploy import flwr_cli
 
     monkeypatch.setenv("PATH", "/usr/bin:/bin")

@@ -1,16 +1,18 @@
 """docker/: the compose file and Dockerfiles, checked without a Docker engine.
 
-There is no Docker engine on the development machine, so images are never built here.
-What is checked instead: every flag in the compose commands exists in the installed CLI's
+What is checked without Docker: every flag in the compose commands exists in the installed CLI's
 ``--help`` (``flower-superlink``, ``flower-supernode``, ``flower-superexec``, and
 ``python -m deploy.flwr_cli``) with a legal value; the wiring (ports, addresses, TLS files,
 keys, the SuperExec secret, node configs) is consistent; every file a command names is
 mounted and is one that docker/gen_certs.sh writes; the Dockerfiles' entry points are
-Flower commands, their flwr pin is the project's, their dependency one-liner works, and
-their ignore files admit exactly what they copy. The SuperLink's one port (Fleet, Control and
-Runtime API in flwr 1.42; the Control API has no account authentication) is published on the
-host's loopback only. ``docker compose config`` runs if Docker is installed. The same flags run
-for real, without Docker, in test_deploy_federation.py.
+Flower commands, their flwr pin is the project's, they build offline (``BASE_IMAGE`` build
+argument, no ``# syntax=`` pull, wheels only from the bind-mounted wheelhouse whose list is the
+project's), and their ignore files admit exactly what they use. The SuperLink's one port (Fleet,
+Control and Runtime API in flwr 1.42; the Control API has no account authentication) is published
+on the host's loopback only. ``docker compose config`` runs where Docker Compose exists and
+PPFL_DOCKER_TESTS=1 opts in; the images are built and the federation run for real by
+scripts/docker_federation.sh (tests/deploy/test_docker_federation.py, same opt-in). The same flags
+run without Docker in test_deploy_federation.py.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import copy
 import ipaddress
 import json
+import os
 import re
 import shlex
 import shutil
@@ -196,30 +199,74 @@ def test_flwr_pin_matches_the_project():
     assert flwr.__version__ == pin
 
 
-def test_app_image_dependency_one_liner_reads_the_project_dependencies():
-    run = dockerfile_stages(DOCKER / "app.Dockerfile")["deps"]["run"]
-    line = next(r for r in run if "tomllib" in r)
-    code = re.search(r'python -c "(.+?)"\s*>', line).group(1)
-    res = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
+def _bind_sources(stage: dict) -> list[str]:
+    """The build-context paths a stage's ``RUN --mount=type=bind,source=...`` mounts."""
+    return [m for r in stage["run"] for m in re.findall(r"--mount=type=bind,source=([^,\s]+)", r)]
+
+
+@pytest.mark.parametrize("dockerfile", ["superlink.Dockerfile", "app.Dockerfile"])
+def test_dockerfiles_build_offline_from_a_base_image_argument(dockerfile):
+    text = (DOCKER / dockerfile).read_text()
+    # A `# syntax=` line makes BuildKit pull its frontend from Docker Hub: no offline build.
+    assert not re.search(r"^#\s*syntax=", text, re.M)
+    assert re.search(r"^ARG BASE_IMAGE=python:3\.11-slim$", text, re.M)  # Docker Hub users keep the official image
+    froms = re.findall(r"^FROM (\S+)", text, re.M)
+    stages = dockerfile_stages(DOCKER / dockerfile)
+    assert froms[0] == "${BASE_IMAGE}" and all(f == "${BASE_IMAGE}" or f in stages for f in froms), froms
+    installs = [r for st in stages.values() for r in st["run"] if "pip install" in r]
+    assert installs, "no install step"
+    for run in installs:
+        # every wheel from the host's wheelhouse, bind-mounted for the step (no layer of wheels)
+        assert "--mount=type=bind,source=docker/wheelhouse,target=/wheelhouse" in run
+        assert run.count("pip install") == run.count("--no-index --find-links /wheelhouse"), run
+        assert "-c /wheelhouse/constraints.txt" in run  # the host environment's versions
+        # one venv path for Debian's /usr/bin/python3 and python:3.11-slim's /usr/local/bin/python
+        assert "python3 -m venv /opt/venv" in run and " pip install" not in run.replace("/opt/venv/bin/pip install", "")
+    assert re.search(r"^ENV PATH=/opt/venv/bin:\$PATH$", text, re.M)
+
+
+def test_app_image_installs_the_project_dependencies_and_the_nodeps_pair():
+    (run,) = [r for r in dockerfile_stages(DOCKER / "app.Dockerfile")["deps"]["run"] if "pip install" in r]
+    assert "-r /wheelhouse/requirements.txt" in run
+    assert "--no-deps -r /wheelhouse/requirements-nodeps.txt" in re.sub(r"\s+", " ", run)
+
+
+def test_wheelhouse_lists_the_project_dependencies(tmp_path):
+    """docker/make_wheelhouse.sh's list is pyproject.toml's dependencies plus the lite0 extra (its Python
+    step run here as the script runs it, without the pip download)."""
+    script = (DOCKER / "make_wheelhouse.sh").read_text()
+    code = script[script.index("<<'PY'\n") + len("<<'PY'\n"):script.index("\nPY\n")]
+    res = subprocess.run([sys.executable, "-", str(tmp_path)], input=code, cwd=REPO, capture_output=True,
+                         text=True, timeout=60)
     assert res.returncode == 0, res.stderr
-    declared = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
-    assert res.stdout.splitlines() == declared
-    # The torch step picks torch and torchvision out of that list with this pattern.
-    picked = [r for r in declared if re.match(r"^(torch|torchvision)==", r)]
-    assert [p.split("==")[0] for p in picked] == ["torch", "torchvision"]
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    listed = (tmp_path / "requirements.txt").read_text().splitlines()
+    assert listed == project["dependencies"] + project["optional-dependencies"]["lite0"]
+    assert [r for r in listed if re.match(r"^(torch|torchvision)==", r)], "torch pins come from the project"
+    assert "cp requirements-nodeps.txt" in script and "pip freeze --exclude-editable" in script
+    assert "docker/wheelhouse/" in (REPO / ".gitignore").read_text().splitlines() or \
+        "/docker/wheelhouse/" in (REPO / ".gitignore").read_text().splitlines()
+
+
+def _ignore_lines(path: Path) -> list[str]:
+    return [ln.strip() for ln in path.read_text().splitlines() if ln.strip() and not ln.startswith("#")]
 
 
 @pytest.mark.parametrize("dockerfile", ["superlink.Dockerfile", "app.Dockerfile"])
 def test_dockerignore_admits_what_is_copied_and_no_keys(dockerfile):
-    ignore = [ln.strip() for ln in (DOCKER / f"{dockerfile}.dockerignore").read_text().splitlines()
-              if ln.strip() and not ln.startswith("#")]
+    ignore = _ignore_lines(DOCKER / f"{dockerfile}.dockerignore")
     assert ignore[0] == "**"  # deny by default, then admit
     for stage in dockerfile_stages(DOCKER / dockerfile).values():
         for sources in stage["copy"]:
             for src in sources:
                 assert (REPO / src).exists(), src
                 assert f"!{src}" in ignore, f"{src} is copied but excluded from the build context"
-    assert not any(p.startswith("!docker") for p in ignore)  # docker/certs never enters a build
+        for src in _bind_sources(stage):
+            assert f"!{src.rstrip('/')}/" in ignore, f"{src} is bind-mounted but excluded from the build context"
+    # docker/certs never enters a build: of docker/, only the wheelhouse is admitted
+    assert [p for p in ignore if p.startswith("!docker")] == ["!docker/wheelhouse/"]
+    # Engines whose BuildKit reads only the context's .dockerignore (Docker 20.10) get the same list.
+    assert _ignore_lines(REPO / ".dockerignore") == ignore
 
 
 # ---------------------------------------------------------------------------- compose commands
@@ -360,16 +407,41 @@ def test_register_service_runs_valid_deploy_commands():
     assert mounts("register")[conn.root_certificates] == mounts("superlink")[link["--ssl-ca-certfile"]]
 
 
-def _has_compose() -> bool:
-    if shutil.which("docker") is None:
-        return False
-    res = subprocess.run(["docker", "compose", "version"], capture_output=True, text=True, timeout=60)
-    return res.returncode == 0
+def compose_command() -> list[str] | None:
+    """``docker compose`` (v2 plugin) or ``docker-compose`` (v1, Debian 12's), whichever works here."""
+    if shutil.which("docker") is not None:
+        res = subprocess.run(["docker", "compose", "version"], capture_output=True, text=True, timeout=60)
+        if res.returncode == 0:
+            return ["docker", "compose"]
+    if shutil.which("docker-compose") is not None:
+        res = subprocess.run(["docker-compose", "version"], capture_output=True, text=True, timeout=60)
+        if res.returncode == 0:
+            return ["docker-compose"]
+    return None
 
 
-@pytest.mark.skipif(not _has_compose(), reason="no `docker compose` on this machine (a docker CLI without "
-                                                "the compose plugin or engine does not count)")
-def test_docker_compose_config_validates():  # pragma: no cover - only where Docker Compose exists
-    res = subprocess.run(["docker", "compose", "-f", str(DOCKER / "compose.yaml"), "config", "--quiet"],
+DOCKER_OPT_IN = "PPFL_DOCKER_TESTS"
+
+
+def docker_skip_reason() -> str | None:
+    """Why the Docker tests do not run here (None: they run): they need Compose and the opt-in."""
+    if os.environ.get(DOCKER_OPT_IN) != "1":
+        return f"Docker tests are opt-in: set {DOCKER_OPT_IN}=1 (and have Docker + Compose) to run them"
+    if compose_command() is None:
+        return "no Docker Compose on this machine (`docker compose` plugin or `docker-compose`)"
+    return None
+
+
+@pytest.mark.skipif(docker_skip_reason() is not None, reason=str(docker_skip_reason()))
+def test_docker_compose_config_validates():  # pragma: no cover - only where Docker Compose exists, opted in
+    compose = compose_command()
+    assert compose is not None
+    # -p: no top-level `name:` in the file (docker-compose v1 refuses it)
+    res = subprocess.run([*compose, "-p", "ppfl-federation", "-f", str(DOCKER / "compose.yaml"), "config", "--quiet"],
                          capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
+
+
+def test_compose_file_has_no_top_level_name():
+    """docker-compose v1 (Debian 12's) refuses a top-level ``name:``; scripts pass ``-p`` instead."""
+    assert "name" not in COMPOSE
