@@ -91,6 +91,8 @@ def write_connection(flwr_home: str | Path, name: str, address: str, root_certif
         import tomllib
 
         data = tomllib.loads(path.read_text())
+    if not data:  # a new file: what flwr 1.42 writes on first use (flwr/cli/constant.py, DEFAULT_FLOWER_CONFIG_TOML)
+        data = {"superlink": {"default": "local", "supergrid": {"address": "api.flower.ai"}}}
     links = data.setdefault("superlink", {})
     links.setdefault("local", dict(LOCAL_CONNECTION))
     links.setdefault("default", "local")

@@ -35,10 +35,12 @@ RUN_ID = re.compile(r"Successfully started run (\d+)")
 def check_run_config(run_config: list[str]) -> dict:
     """Parse ``--run-config`` strings as Flower does and resolve them with the project's rules."""
     from flower_apps.config import RUN_CONFIG_DEFAULTS
-    from flower_apps.router import prepare
+    from flower_apps.router import check_export_config, prepare
 
     overrides = parse_run_config(run_config) if run_config else {}
     prepare({**RUN_CONFIG_DEFAULTS, **overrides})
+    # as the ServerApp resolves it (the keys given win over the preset), checked against its export.json
+    check_export_config(*prepare({**RUN_CONFIG_DEFAULTS, **overrides}, given=overrides))
     return overrides
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 from flwr.app import Context
@@ -82,6 +83,7 @@ def make_server_app(overrides: dict[str, Any] | None = None) -> ServerApp:
     @app.main()
     def main(grid: Grid, context: Context) -> None:
         spec, cfg = prepare_run(dict(context.run_config), dict(grid.run.override_config), overrides)
+        check_export_config(spec, cfg)  # a node-local run must have the config its folders were exported for
         log.info("study %s, config %s", spec.name, cfg)
         spec.server_main(grid, cfg)
 
@@ -105,3 +107,62 @@ def make_client_app() -> ClientApp:
 
 server_app = make_server_app()
 client_app = make_client_app()
+
+
+EXPORT_RECORD = "export.json"  # what `python -m deploy.export` writes next to coordinator/ (per study)
+
+
+def export_record(study: str, eval_data_path: str) -> tuple[Path, dict] | None:
+    """(export.json, its record of ``study``) when ``eval_data_path`` lies in a ``deploy.export`` folder
+    (``<out>/coordinator/<study>/...``), else None."""
+    import json
+
+    if not eval_data_path:
+        return None
+    p = Path(eval_data_path).resolve()
+    for parent in list(p.parents)[:3]:
+        if parent.name == "coordinator" and (parent.parent / EXPORT_RECORD).is_file():
+            path = parent.parent / EXPORT_RECORD
+            try:
+                rec = json.loads(path.read_text()).get(study)
+            except (OSError, ValueError, AttributeError):
+                return None
+            return (path, rec) if isinstance(rec, dict) and isinstance(rec.get("run_config"), dict) else None
+    return None
+
+
+def check_export_config(spec: Any, cfg: Any) -> None:
+    """Refuse a node-local run whose config differs from the one its data folders were exported for.
+
+    The export deals clients to nodes by ``seed``, ``num-clients``, ``clients-per-message``, ...; a
+    ``flwr run`` that leaves one out gets the preset's value and asks nodes for clients they do not hold
+    (issue 41, item 1). Found through ``eval-data-path`` (``<out>/coordinator/<study>/``): a ConfigError
+    naming every differing key with the exported value and the one this run has, before any work.
+    """
+    from flower_apps.config import RUN_CONFIG_DEFAULTS
+    from flower_apps.errors import ConfigError
+
+    if not getattr(cfg, "node_local_data", False):
+        return
+    found = export_record(spec.name, str(getattr(cfg, "eval_data_path", "") or ""))
+    if found is None:
+        return
+    path, rec = found
+    exported = dict(rec["run_config"])
+    _, want = prepare({**RUN_CONFIG_DEFAULTS, **exported}, given=exported)
+    keys = spec.keys.keys
+    differ = []
+    for name in exported:
+        key = keys.get(name)
+        if key is None or name in ("study", "eval-data-path", "node-local-data"):
+            continue
+        if getattr(want, key.field, None) != getattr(cfg, key.field, None):
+            differ.append((name, getattr(want, key.field, None), getattr(cfg, key.field, None)))
+    if differ:
+        def toml(v):
+            return ("true" if v else "false") if isinstance(v, bool) else (f"'{v}'" if isinstance(v, str) else str(v))
+
+        raise ConfigError(f"{spec.name}: this node-local run differs from what {path} records for its data folders: "
+                          + ", ".join(f"{n} is {toml(have)}, exported with {toml(v)}" for n, v, have in differ)
+                          + "; pass --run-config \"" + " ".join(f"{n}={toml(v)}" for n, v, _ in differ) + "\" "
+                          "(the coordinator line `python -m deploy.export` printed has every key)")

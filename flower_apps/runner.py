@@ -32,7 +32,7 @@ from flwr.serverapp import Grid, ServerApp
 from flower_apps.common.results import RunFinished, RunInProgress, check_rerun, check_run_folder, run_folder
 from flower_apps.config import StudySpec
 from flower_apps.engine import simulate
-from flower_apps.router import make_server_app, prepare
+from flower_apps.router import check_export_config, make_server_app, prepare
 
 ENGINES = ("superlink", "inprocess")
 ENGINE_ENV = "PPFL_ENGINE"  # the default engine where a caller names none (unset: 'superlink')
@@ -99,6 +99,7 @@ def run_config_in_process(overrides: dict[str, Any], num_supernodes: int | None 
     from flower_apps.config import RUN_CONFIG_DEFAULTS
 
     spec, cfg = prepare({**RUN_CONFIG_DEFAULTS, **overrides}, given=overrides)
+    check_export_config(spec, cfg)  # a node-local config must match its export.json, before Ray starts
     if all(hasattr(cfg, a) for a in ("results_dir", "run_name", "default_run_name")):  # the studies' run folders
         folder = run_folder(spec.name, cfg)
         check_run_folder(folder, cfg)

@@ -102,7 +102,7 @@ def error_reply(msg: Message, name: str, exc: Exception) -> Message:
     whose folder is missing or unreadable sees why in its own log, not only in the coordinator's summary."""
     text = str(exc)
     reason = text if name in text else f"{name}: {text}"
-    log.error("this node's data cannot serve the run (the coordinator counts it as failed): %s", reason)
+    log.error("node-local data refused (%s): %s", msg.metadata.message_type, reason)
     return Message(Error(NODE_DATA_ERROR, reason), reply_to=msg)
 
 
@@ -264,3 +264,4 @@ logical clients the failed message asked for), in arrival-independent order.
 
     def summary(self) -> dict:
         return {"round_errors": list(self.rows)}
+

@@ -288,4 +288,4 @@ def test_a_site_sees_its_own_data_error_in_its_log(tmp_path, cfg, caplog):
         reply = handle(5, msg)
     assert reply.has_error() and reply.error.code == NODE_DATA_ERROR
     logged = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
-    assert any("site-5" in m and "no-such-folder" in m and "cannot serve the run" in m for m in logged), logged
+    assert any("site-5" in m and "no-such-folder" in m and "node-local data refused (query." in m for m in logged), logged
