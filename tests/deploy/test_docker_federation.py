@@ -14,6 +14,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -126,7 +127,7 @@ def _e2e_skip_reason() -> str | None:
 @pytest.mark.timeout(5400)
 @pytest.mark.skipif(_e2e_skip_reason() is not None, reason=str(_e2e_skip_reason()))
 def test_docker_federation_runs_equal_their_simulations():  # pragma: no cover - Docker only, opted in
-    env = {**os.environ, "KEEP_IMAGES": "1"}
+    env = {**os.environ, "KEEP_IMAGES": "1", "PYTHON": sys.executable}
     res = subprocess.run(["bash", str(REPO / "scripts" / "docker_federation.sh")], cwd=REPO, env=env,
                          capture_output=True, text=True, timeout=5000)
     out = res.stdout + res.stderr
