@@ -72,7 +72,7 @@ def _rows(run_dir: Path) -> list[dict]:
     return [json.loads(r) for r in (run_dir / "rounds.jsonl").read_text().splitlines() if r.strip()]
 
 
-def _close(a: float, b: float, rel: float, abs_: float) -> bool:
+def _near(a: float, b: float, rel: float, abs_: float) -> bool:
     return math.isclose(a, b, rel_tol=rel, abs_tol=abs_)
 
 
@@ -94,7 +94,7 @@ def compare_runs(study: str, deployed: Path, simulated: Path) -> list[str]:
             if not torch.allclose(ma[k].double(), mb[k].double(), rtol=1e-5, atol=1e-6):
                 diffs.append(f"final_model.pt[{k}]: max |diff| {float((ma[k].double() - mb[k].double()).abs().max()):.3g}")
         if len(a["acc_curve"]) != len(b["acc_curve"]) or not all(
-                _close(x, y, 0.0, 1e-9) for x, y in zip(a["acc_curve"], b["acc_curve"])):
+                _near(x, y, 0.0, 1e-9) for x, y in zip(a["acc_curve"], b["acc_curve"])):
             diffs.append(f"acc_curve {a['acc_curve']} != {b['acc_curve']}")
         ca, cb = (deployed / "class_counts.csv").read_text(), (simulated / "class_counts.csv").read_text()
         if ca != cb:
@@ -109,11 +109,11 @@ def compare_runs(study: str, deployed: Path, simulated: Path) -> list[str]:
         for i, (x, y) in enumerate(zip(ra, rb)):
             for k, v in y.items():
                 if isinstance(v, float) and k not in ("seconds", "elapsed_s") and not (
-                        isinstance(x.get(k), float) and _close(x[k], v, 1e-5, 1e-7)):
+                        isinstance(x.get(k), float) and _near(x[k], v, 1e-5, 1e-7)):
                     diffs.append(f"rounds.jsonl row {i} {k}: {x.get(k)} != {v}")
         for s, m in b["settings"].items():
             got = a["settings"].get(s, {}).get("final_mae")
-            if got is None or not _close(got, m["final_mae"], 1e-5, 0.0):
+            if got is None or not _near(got, m["final_mae"], 1e-5, 0.0):
                 diffs.append(f"settings[{s}].final_mae: {got} != {m['final_mae']}")
     return diffs
 

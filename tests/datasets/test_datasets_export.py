@@ -157,7 +157,9 @@ def test_busi_folder_node_reads_its_layout_and_names_a_missing_class(tmp_path):
 def test_export_cli_refuses_more_nodes_than_messages_before_writing(tmp_path, capsys):
     from deploy.export import main
 
-    assert main(["--study", "dfl-dp", "--nodes", "3", "--preset", "smoke", "--out", str(tmp_path / "x")]) == 1
+    # a clients-per-message given by the user is refused, not changed (without one the export fits it: 4)
+    assert main(["--study", "dfl-dp", "--nodes", "3", "--preset", "smoke", "--run-config", "clients-per-message=5",
+                 "--out", str(tmp_path / "x")]) == 1
     assert "export refused: 3 nodes but only 2 messages of clients-per-message=5" in capsys.readouterr().out
     assert not (tmp_path / "x").exists()
     assert main(["--study", "tabular-pdp", "--nodes", "2", "--preset", "smoke", "--run-config", "num-clients=1",
