@@ -40,6 +40,7 @@ from flwr.serverapp import ServerApp
 from flwr.simulation import run_simulation
 
 from flower_apps.common.logs import flower_logs_once
+from flower_apps.common.ray_notices import hide_metrics_agent_notices
 from flower_apps.router import make_client_app
 from strategies.flwr_adapter import flower_logger_name
 
@@ -86,6 +87,7 @@ def simulate(server_app: ServerApp, num_supernodes: int, num_cpus: float = 1, nu
     logger = logging.getLogger(flower_logger_name())
     notice = RunSimulationDeprecation()
     logger.addFilter(notice)
+    hide_metrics_agent_notices(only_if_imported=False)  # run_simulation imports Ray anyway
     try:
         with flower_logs_once():
             run_simulation(server_app=server_app, client_app=make_client_app(), num_supernodes=num_supernodes,

@@ -22,6 +22,7 @@ from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 
 from datasets.base import DataError
+from flower_apps.common.ray_notices import hide_metrics_agent_notices
 from flower_apps.config import ConfigError, resolve
 from flower_apps.studies import STUDIES
 
@@ -82,6 +83,7 @@ def make_server_app(overrides: dict[str, Any] | None = None) -> ServerApp:
 
     @app.main()
     def main(grid: Grid, context: Context) -> None:
+        hide_metrics_agent_notices()  # in flwr-simulation, where the Ray driver runs beside this ServerApp
         spec, cfg = prepare_run(dict(context.run_config), dict(grid.run.override_config), overrides)
         check_export_config(spec, cfg)  # a node-local run must have the config its folders were exported for
         log.info("study %s, config %s", spec.name, cfg)

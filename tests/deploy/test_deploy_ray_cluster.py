@@ -10,6 +10,8 @@ cluster and that ClientApp actors ran on both of its nodes.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -77,3 +79,26 @@ def test_flwr_run_simulation_attaches_to_the_cluster(cluster, tmp_path, request)
     # ... and Ray placed the ClientApp actors (1 CPU each, 1 CPU per node) on both nodes.
     assert cluster.job_worker_nodes() == set(cluster.node_ids()), \
         f"actors on {cluster.job_worker_nodes()}, nodes {cluster.node_ids()}\n{report()}"
+
+    # deploy.ray_placement reads the same placement from the GCS (no dashboard needed) ...
+    from deploy.ray_placement import placement
+
+    jobs = [j for j in placement(cluster.address)["jobs"] if j["driver_pid"] in cluster.driver_pids()]
+    assert jobs and set().union(*(j["actors_per_node"] for j in jobs)) == set(cluster.node_ids()), jobs
+
+
+def test_an_in_process_run_on_the_cluster_prints_actor_output_but_no_metrics_agent_notices(cluster, tmp_path):
+    """The cluster's GCS and raylets each log "Failed to establish connection to the ... metrics exporter
+    agent" (no agent without ray[default]) and Ray forwards those lines to every driver; the in-process
+    engine hides exactly them (flower_apps.common.ray_notices), actor output still comes through."""
+    code = ("from deploy.ray_cluster import simulate_on_cluster; "
+            f"simulate_on_cluster({cluster.address!r}, {{'study': 'dfl-dp', 'preset': 'smoke', 'num-rounds': 1, "
+            f"'results-dir': {str(tmp_path / 'results')!r}}})")
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=600)
+    console = proc.stdout + proc.stderr
+    assert proc.returncode == 0, console[-4000:]
+    assert "(ClientAppActor pid=" in console, console[-4000:]  # forwarded actor output reached the console
+    assert "exporter agent" in "".join(f.read_text(errors="replace") for f in cluster.logs_dir().glob("*.err"))
+    assert "exporter agent" not in console.replace("metrics-exporter notices hidden", ""), console[-4000:]
