@@ -17,6 +17,9 @@
 #   scripts/docker_federation.sh
 #   BASE_IMAGE=python:3.11-slim scripts/docker_federation.sh     # with Docker Hub: no debootstrap
 #   KEEP_IMAGES=0 scripts/docker_federation.sh                   # remove the images it built at the end
+#   TIMINGS=results_deploy/docker_federation.json scripts/docker_federation.sh   # keep the measurements
+# The measurements (times, sizes, load, each run's verdict) are written as JSON to <results>/timings.json,
+# and to $TIMINGS when set (docs/deployment.md's Docker table is generated from the kept one).
 # Exit status 0 only if both deployed runs finished and equal their simulations.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -55,6 +58,8 @@ import socket
 s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(("127.0.0.1", $PORT)); s.close()
 PY
 
+LOAD_START="$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || true)"
+T_START=$(date +%s.%N)
 WORK="$(mktemp -d /tmp/ppfl-docker-federation.XXXXXX)"  # private FLWR_HOME, logs
 STAMP="$(date +%Y%m%d-%H%M%S)"
 RESULTS="results/docker-federation/$STAMP"  # deployed runs (the serverapp service mounts ../results)
@@ -129,6 +134,8 @@ say "build: ${BUILD[*]}; compose: $("${COMPOSE[@]}" version 2>/dev/null | head -
 [ -z "$("${COMPOSE[@]}" ps -q 2>/dev/null)" ] || die "compose project $PROJECT is already running: '${COMPOSE[*]} down' it first"
 
 # ---------------------------------------------------------------- 2. images, offline
+PRESENT_BEFORE="$(docker images --format '{{.Repository}}:{{.Tag}}' | grep -E '^ppfl/' | tr '\n' ' ' || true)"
+CACHE_BEFORE="$(docker system df --format '{{.Type}}={{.Size}}' 2>/dev/null | grep '^Build Cache=' | cut -d= -f2 || true)"
 T_BASE=skipped
 if [ "$BASE_IMAGE" = "ppfl/base:bookworm" ]; then
   t0=$(now)
@@ -136,6 +143,7 @@ if [ "$BASE_IMAGE" = "ppfl/base:bookworm" ]; then
   docker/make_base_image.sh
   T_BASE="$(secs "$t0" "$(now)") s"
 fi
+T_EXPORT=
 t0=$(now)
 if [ -f docker/wheelhouse/constraints.txt ] && [ "${REFRESH_WHEELHOUSE:-0}" != "1" ]; then
   say "wheelhouse docker/wheelhouse present ($(du -sh docker/wheelhouse | cut -f1)); REFRESH_WHEELHOUSE=1 refetches it"
@@ -184,7 +192,8 @@ mkdir -p docker/data/coordinator
 [ -f docker/data/coordinator/noise.seed ] || echo "docker federation rehearsal" >docker/data/coordinator/noise.seed
 # deploy.export writes owner-only files; the containers' user (uid 49999) reads them (mounted read-only)
 [ "$(id -u)" = "0" ] && chown -R 49999:49999 docker/data
-say "exported docker/data (node-0..2 + coordinator) in $(secs "$t0" "$(now)") s"
+T_EXPORT="$(secs "$t0" "$(now)") s"
+say "exported docker/data (node-0..2 + coordinator) in $T_EXPORT"
 mkdir -p "$RESULTS" && [ "$(id -u)" = "0" ] && chown -R 49999:49999 "$RESULTS"
 
 # ---------------------------------------------------------------- 5. the federation
@@ -237,4 +246,44 @@ say "compose up until 3 SuperNodes online: $T_UP"
 for study in $STUDIES; do say "$study: ${RUNLINE[$study]:-no result}"; done
 docker images --format '{{.Repository}}:{{.Tag}}  {{.Size}}' | grep -E '^ppfl/' | sed 's/^/[docker-federation] size /'
 say "deployed results in $RESULTS; work folder (FLWR_HOME, logs) $WORK"
+
+# ---------------------------------------------------------------- the measurements, as data
+RUNLINES="$(for study in $STUDIES; do echo "${RUNLINE[$study]:-}"; done)"
+SIZES="$(docker image inspect --format '{{index .RepoTags 0}} {{.Size}}' ppfl/base:bookworm ppfl/superlink:latest \
+  ppfl/supernode:latest ppfl/superexec:latest 2>/dev/null || true)"
+IMGTIMES="$(for tag in ppfl/superlink:latest ppfl/supernode:latest ppfl/superexec:latest; do echo "$tag ${T_IMG[$tag]}"; done)"
+mkdir -p "$RESULTS"
+T_BASE="$T_BASE" T_WHEELS="$T_WHEELS" T_UP="$T_UP" T_EXPORT="$T_EXPORT" IMGTIMES="$IMGTIMES" SIZES="$SIZES" \
+RUNLINES="$RUNLINES" LOAD_START="$LOAD_START" T_START="$T_START" PRESENT_BEFORE="$PRESENT_BEFORE" \
+CACHE_BEFORE="$CACHE_BEFORE" BASE_IMAGE="$BASE_IMAGE" ENGINE="$(docker version --format '{{.Server.Version}}')" \
+DRIVER="$(docker info --format '{{.Driver}}')" COMPOSE_VERSION="$("${COMPOSE[@]}" version 2>/dev/null | head -1)" \
+"$PY" - "$RESULTS/timings.json" "${TIMINGS:-}" <<'PY' || say "could not write the timings record"
+import json, os, sys, time
+from flower_apps.common.results import atomic_write_json
+
+def seconds(text):
+    text = (text or "").strip()
+    return float(text[:-2]) if text.endswith(" s") else None
+
+e = os.environ
+runs = [json.loads(line) for line in e["RUNLINES"].splitlines() if line.strip().startswith("{")]
+record = {
+    "script": "scripts/docker_federation.sh", "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    "cores": os.cpu_count(), "load_average_start": e["LOAD_START"],
+    "load_average_end": open("/proc/loadavg").read().split()[:3] if os.path.exists("/proc/loadavg") else None,
+    "engine": e["ENGINE"], "storage_driver": e["DRIVER"], "compose": e["COMPOSE_VERSION"], "base_image": e["BASE_IMAGE"],
+    "images_present_before": e["PRESENT_BEFORE"].split(), "build_cache_before": e["CACHE_BEFORE"] or None,
+    "seconds": {"base_image": seconds(e["T_BASE"]), "wheelhouse": seconds(e["T_WHEELS"]),
+                "wheelhouse_reused": e["T_WHEELS"] == "reused", "export": seconds(e["T_EXPORT"]),
+                "compose_up": seconds(e["T_UP"]),
+                "images": {l.split()[0]: seconds(" ".join(l.split()[1:])) for l in e["IMGTIMES"].splitlines() if l.strip()},
+                "whole_script": round(time.time() - float(e["T_START"]), 1)},
+    "image_bytes": {l.split()[0]: int(l.split()[1]) for l in e["SIZES"].splitlines() if len(l.split()) == 2},
+    "runs": runs,
+}
+for path in sys.argv[1:]:
+    if path:
+        atomic_write_json(path, record)
+        print(f"[docker-federation] measurements -> {path}")
+PY
 exit $status

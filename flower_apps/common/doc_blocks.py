@@ -177,3 +177,9 @@ for _name, _render in audit_docs.BLOCKS.items():
     BLOCKS.register(_name, _render)
 for _ns, _values in audit_docs.VALUES.items():
     VALUES.register(_ns, _values)
+# docs/deployment.md's measured deployment tables (results_deploy/: benchmarks/deploy_vs_simulation.py and
+# scripts/docker_federation.sh write the records).
+from flower_apps.common import deploy_docs  # noqa: E402
+
+for _name, _render in deploy_docs.BLOCKS.items():
+    BLOCKS.register(_name, _render)
