@@ -29,6 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks import doc_blocks  # noqa: E402
+from flower_apps.common.bench_table import fmt, met_text, table_lines, target_text  # noqa: E402,F401
 from registry import Registry  # noqa: E402
 
 START, END = "<!-- benchmarks:start -->", "<!-- benchmarks:end -->"
@@ -198,35 +199,6 @@ def run_all(names: list[str], benchmarks: dict[str, Callable[[], list[dict]]] | 
 
 
 # --- output -------------------------------------------------------------------------------------
-
-def fmt(v: float | None) -> str:
-    if v is None:
-        return "-"
-    if abs(v) >= 100:
-        return f"{v:,.0f}"
-    return f"{v:.3g}" if abs(v) < 0.1 else f"{v:.2f}"
-
-
-def target_text(r: dict) -> str:
-    return "-" if r.get("target") is None else f"{r.get('target_on', 'ratio')} {r.get('op', '<=')} {fmt(r['target'])}"
-
-
-def met_text(r: dict, markdown: bool) -> str:
-    if r.get("met") is None:
-        return "-"
-    return "yes" if r["met"] else ("**no**" if markdown else "NO")
-
-
-def table_lines(rows: list[dict], markdown: bool) -> list[str]:
-    head = ["benchmark", "metric", "value", "reference", "ratio", "target", "met"]
-    cells = [[r.get("benchmark", ""), r["metric"], fmt(r["value"]), fmt(r["reference"]), fmt(r["ratio"]),
-              target_text(r), met_text(r, markdown)] for r in rows]
-    if markdown:
-        return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + ["| " + " | ".join(c) + " |" for c in cells]
-    widths = [max(len(x) for x in col) for col in zip(head, *cells)]
-    line = lambda c: "  ".join(x.ljust(w) for x, w in zip(c, widths)).rstrip()
-    return [line(head), line(["-" * w for w in widths])] + [line(c) for c in cells]
-
 
 def machine() -> dict[str, str]:
     """Where the table was measured: CPU model, cores, load, library versions, date (UTC)."""

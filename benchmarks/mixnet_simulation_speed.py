@@ -81,7 +81,14 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--memory-nodes", type=int, default=100, help="N of the separate peak-memory run (0: skip)")
     parser.add_argument("--json", action="store_true", help="print one JSON line only (used for the memory run)")
+    parser.add_argument("--keep", help="also write the report as Markdown here (docs/mixnet.md includes "
+                                       "results_bench/mixnet_simulation_speed.md)")
     args = parser.parse_args()
+    lines: list[str] = []
+
+    def say(text: str) -> None:
+        lines.append(text)
+        print(text)
 
     result = run(args.nodes, args.fragments, args.rounds, args.cover_policy, args.seed, entropy=not args.json)
     if args.json:
@@ -89,40 +96,46 @@ def main() -> None:
         return
     speed = result["virtual_s"] / result["wall_s"]
     wall_per_round = result["wall_s"] / args.rounds
-    print(f"N={args.nodes} K=2 O=100 mu=0.1 sigma=0.001 cover={args.cover_policy}, "
+    say(f"N={args.nodes} K=2 O=100 mu=0.1 sigma=0.001 cover={args.cover_policy}, "
           f"{args.fragments} fragments x 4 neighbours per node per round, {args.rounds} round(s); "
           f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
-    print(f"virtual time {result['virtual_s']:.2f} s (batch delivered in "
+    say(f"virtual time {result['virtual_s']:.2f} s (batch delivered in "
           f"{', '.join(f'{t:.2f}' for t in result['batch_virtual_s'])} s), wall {result['wall_s']:.2f} s, "
           f"process CPU {result['cpu_s']:.2f} s")
-    print(f"speed: {speed:.3f} virtual s per wall s ({result['virtual_s'] / result['cpu_s']:.3f} per CPU s)  "
+    say(f"speed: {speed:.3f} virtual s per wall s ({result['virtual_s'] / result['cpu_s']:.3f} per CPU s)  "
           f"ratio to target ({TARGET_SPEEDUP:.0f}x real time) {speed / TARGET_SPEEDUP:.4f}")
-    print(f"wall per round {wall_per_round:.2f} s vs paper prototype ~{PAPER_WALL_PER_ROUND_S:.0f} s: "
+    say(f"wall per round {wall_per_round:.2f} s vs paper prototype ~{PAPER_WALL_PER_ROUND_S:.0f} s: "
           f"{PAPER_WALL_PER_ROUND_S / wall_per_round:.1f}x faster "
           f"({PAPER_WALL_PER_ROUND_S * args.rounds / result['cpu_s']:.1f}x per CPU s)")
-    print(f"packets sent by kind: {result['packets']}  ({result['bytes_sent'] / 2**20:.1f} MiB), "
+    say(f"packets sent by kind: {result['packets']}  ({result['bytes_sent'] / 2**20:.1f} MiB), "
           f"undelivered {result['undelivered']}, CPU per node {result['cpu_s_per_node']:.3f} s")
     # The floor: the Sphinx work this round needs, priced at Nym's Rust rates (one core). Every packet a
     # node receives is one unwrap; every packet a node originates (real, cover, retransmission) is one
     # creation (its SURB, another header, is not even counted). Acks reuse a SURB: no creation.
     created = sum(result["packets"][k] for k in ("real", "cover", "retransmission") if k in result["packets"])
     floor_s = result["unwraps"] / NYM_UNWRAPS_PER_S + created / NYM_CREATIONS_PER_S
-    print(f"Sphinx work: {result['unwraps']} unwraps + {created} creations; at Nym's Rust rates "
+    say(f"Sphinx work: {result['unwraps']} unwraps + {created} creations; at Nym's Rust rates "
           f"({NYM_UNWRAPS_PER_S:.0f} unwraps/s, {NYM_CREATIONS_PER_S:.0f} creations/s per core) that alone is "
           f"{floor_s:.2f} s of one core: at most {result['virtual_s'] / floor_s:.2f}x real time on one core, "
           f"{result['virtual_s'] / floor_s * (os.cpu_count() or 1):.2f}x on {os.cpu_count()} perfectly used cores")
-    print(f"entropy: H_relay = log2 O = {h_relay(100):.2f} bits, H_path(K=2) = {h_path(100, 2):.2f} bits, "
+    say(f"entropy: H_relay = log2 O = {h_relay(100):.2f} bits, H_path(K=2) = {h_path(100, 2):.2f} bits, "
           f"measured H_relay^loc mean {result['h_relay_loc_mean_bits']:.2f} bits over "
           f"{result['h_relay_loc_mean_candidates']:.1f} timing candidates")
-    print(f"peak RSS (N={args.nodes}): {result['peak_rss_mib']:.0f} MiB")
+    say(f"peak RSS (N={args.nodes}): {result['peak_rss_mib']:.0f} MiB")
     if args.memory_nodes:
         cmd = [sys.executable, __file__, "--nodes", str(args.memory_nodes), "--fragments", str(args.fragments),
                "--cover-policy", args.cover_policy, "--memory-nodes", "0", "--json"]
         big = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.strip())
-        print(f"N={args.memory_nodes}: peak RSS {big['peak_rss_mib']:.0f} MiB, wall {big['wall_s']:.2f} s "
+        say(f"N={args.memory_nodes}: peak RSS {big['peak_rss_mib']:.0f} MiB, wall {big['wall_s']:.2f} s "
               f"(CPU {big['cpu_s']:.2f} s) for "
               f"{big['virtual_s']:.2f} virtual s ({big['virtual_s'] / big['wall_s']:.3f}x real time), "
               f"undelivered {big['undelivered']}")
+
+    if args.keep:
+        from flower_apps.common.results import atomic_write_text
+
+        command = " ".join(["python benchmarks/mixnet_simulation_speed.py", *sys.argv[1:]]).split(" --keep")[0]
+        atomic_write_text(args.keep, "```text\n$ " + command + "\n" + "\n".join(lines) + "\n```\n")
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from flower_apps.common.bench_table import kept_rows_block
 from flower_apps.common.results import atomic_write_text
 from registry import Registry
 
@@ -169,6 +170,9 @@ def check(root: Path, *, write: bool = False) -> list[Difference]:
 # Platform-wide tables: kept beside the data that the command which measured them wrote.
 BLOCKS.register("audit-detection", include_block("results_audit/detection.md"))  # benchmarks/audit_detection.py
 BLOCKS.register("benchmarks", include_block("results_bench/benchmarks.md"))  # python -m benchmarks --write-readme
+# docs/mixnet.md: the kept Sphinx / mixnet-round rows, and one simulated round's output as it printed
+BLOCKS.register("mixnet-bench", kept_rows_block(("sphinx", "mixnet-round")))
+BLOCKS.register("mixnet-simulation-speed", include_block("results_bench/mixnet_simulation_speed.md"))  # --keep
 # The audit's measured tables and numbers in docs/audit.md, rebuilt from the kept audited runs of three studies
 # (results_audit/, results_bench/): one module for all of them, not one study's docs.py.
 from flower_apps.common import audit_docs  # noqa: E402  (it imports nothing of this module)
