@@ -239,6 +239,7 @@ def reduced_values(root: Path) -> Mapping[str, str]:
     eps = [s["accounting"]["eps_total"] for (fw, cond), runs in cells.items() if fw == "sequential-dfl"
            and cond != "No-DP" for s in runs[:1]]
     out["sequential-dfl.eps_range"] = f"{min(eps):.0e}-{max(eps):.0e}".replace("e+0", "e")
+    out["paper.fl.clip_C0.1"] = read_json(root / PAPER)["quoted_elsewhere"]["clip_frequency_C0.1"]["fl"]
     return out
 
 

@@ -75,3 +75,112 @@ def nodp_table(root: Path) -> str:
 
 BLOCKS = {"ultrasound-nodp-table": nodp_table}
 VALUES = {"ultrasound-target": target_values}
+
+
+TASK_ORDER = ("normal-vs-abnormal", "benign-vs-malignant", "three-class")
+
+
+def _signed(x: float) -> str:
+    return f"{x:+.2f}"
+
+
+def dp_table(root: Path) -> str:
+    """docs/ultrasound.md's DP-SGD table (Tables 12-14 at the grid's recipe) beside each cell's non-DP run:
+    the sweep report's own rows (flower_apps.ultrasound.report.results_rows) of the kept grid, the DP cost
+    being the non-DP mean minus the DP mean (points)."""
+    summaries = [read_json(p) for p in sorted((root / GRID).glob("*/summary.json"))]
+
+    def ours(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [r for r in rows if r["scale"] == SCALE and r["arch"] == "efficientnet_lite0"]
+
+    dp, nodp = ours(results_rows(summaries, dp=True)), ours(results_rows(summaries, dp=False))
+    if not dp:
+        raise FileNotFoundError(f"no kept DP-SGD run of the cpu grid ({SCALE}) under {GRID}")
+    base = {(r["task"], r["partition"], r["method"]): r for r in nodp}
+    head = ["task", "partition", "method", "seeds", "accuracy (%)", "macro F1 (%)", "ROC-AUC (%)", "majority (%)",
+            "no-DP accuracy / AUC (%) [seeds]", "DP cost, accuracy / AUC (pp)", "eps per client: RDP (paper sqrt(T))"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in sorted(dp, key=lambda r: (TASK_ORDER.index(r["task"]), r["partition"])):  # the report's method order stays
+        b = base.get((r["task"], r["partition"], r["method"]))
+        if b is None:
+            no_dp, cost = "not run", "-"
+        else:
+            no_dp = f"{b['accuracy (%)']} / {b['auc (%)']} [{b['seeds']}]"
+            cost = (f"{_signed(b['_accuracy'].mean - r['_accuracy'].mean)} / "
+                    f"{_signed(b['_auc'].mean - r['_auc'].mean)}")
+        lines.append("| " + " | ".join([TASK_LABEL[r["task"]], r["partition"], r["method"], str(r["seeds"]),
+                                        r["accuracy (%)"], r["f1 (%)"], r["auc (%)"], f"{r['_majority']:.2f}",
+                                        no_dp, cost, f"{r['eps RDP (max client)']} ({r['eps paper sqrt(T)']})"]) + " |")
+    return "\n".join(lines)
+
+
+BLOCKS["ultrasound-dp-table"] = dp_table
+
+
+PAPER_QUOTES = Path("results_paper") / "ultrasound" / "paper_quotes.json"
+
+
+def _span(vals: list[float]) -> str:
+    lo, hi = min(vals), max(vals)
+    return f"{lo:.2f}" if f"{lo:.2f}" == f"{hi:.2f}" else f"{lo:.2f}-{hi:.2f}"
+
+
+def paper_table(root: Path) -> str:
+    """docs/ultrasound.md's "Beside the paper's numbers": each quoted setting's cells of the kept grid (one
+    method: mean [95% t-interval]; several: the span of their means) beside the paper's quoted accuracy
+    (``results_paper/ultrasound/paper_quotes.json``)."""
+    summaries = [read_json(p) for p in sorted((root / GRID).glob("*/summary.json"))]
+    rows = {dp: [r for r in results_rows(summaries, dp=dp) if r["scale"] == SCALE and r["arch"] == "efficientnet_lite0"]
+            for dp in (False, True)}
+    head = ["task", "setting", "this grid: accuracy (%) [95% interval]", "this grid: ROC-AUC (%)", "majority class (%)",
+            "paper: accuracy (%)"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for q in read_json(root / PAPER_QUOTES)["rows"]:
+        cells = [r for r in rows[q["dp"]] if r["task"] == q["task"] and r["partition"] == q["partition"]
+                 and r["method"] in q["methods"]]
+        if len(cells) != len(q["methods"]):
+            raise FileNotFoundError(f"{q['task']} / {q['setting']}: {len(cells)} of {len(q['methods'])} cells kept")
+        seeds = sorted({c["seeds"] for c in cells})
+        seed_text = f"{'/'.join(map(str, seeds))} seeds"
+        if len(cells) == 1:
+            c = cells[0]
+            acc = f"{c['_accuracy'].mean:.2f} [{c['_accuracy'].ci_low:.2f}, {c['_accuracy'].ci_high:.2f}] ({seed_text})"
+            auc = f"{c['_auc'].mean:.2f} [{c['_auc'].ci_low:.2f}, {c['_auc'].ci_high:.2f}]"
+        else:
+            acc = f"{_span([c['_accuracy'].mean for c in cells])} (means; {seed_text})"
+            auc = _span([c["_auc"].mean for c in cells])
+        lines.append("| " + " | ".join([TASK_LABEL[q["task"]], q["setting"], acc, auc,
+                                        f"{cells[0]['_majority']:.2f}", q["paper"]]) + " |")
+    return "\n".join(lines)
+
+
+BLOCKS["ultrasound-paper-table"] = paper_table
+
+
+def _range(vals: list[float], fmt: str) -> str:
+    lo, hi = fmt.format(min(vals)), fmt.format(max(vals))
+    return lo if lo == hi else f"{lo}-{hi}"
+
+
+def dp_values(root: Path) -> Mapping[str, str]:
+    """The prose numbers about the grid's DP-SGD runs: the epsilon ranges (RDP and the paper's sqrt(T) formula,
+    worst client per run) and, on normal vs abnormal, the per-run AUC range, the run count and the accuracy that
+    every one of those runs scores (the always-abnormal rate, when they all predict one class)."""
+    runs = [s for s in (read_json(p) for p in sorted((root / GRID).glob("*/summary.json")))
+            if s.get("dp_sgd") and s.get("arch") == "efficientnet_lite0" and s.get("image_size") == 160]
+    if not runs:
+        raise FileNotFoundError(f"no kept DP-SGD run of the cpu grid under {GRID}")
+    nva = [s for s in runs if s["task"] == "normal-vs-abnormal"]
+    accs = {f"{100 * s['test_accuracy']:.2f}" for s in nva}
+    specs = {float(s["test_specificity"]) for s in nva}
+    return {
+        "eps_rdp": _range([s["accounting"]["eps_rdp_max"] for s in runs], "{:.3g}"),
+        "eps_paper": _range([s["accounting"]["eps_paper_sqrtT_max"] for s in runs], "{:.3g}"),
+        "nva.auc": _range([s["test_auc"] for s in nva], "{:.2f}"),
+        "nva.runs": str(len(nva)),
+        "nva.accuracy": accs.pop() if len(accs) == 1 else "varies",
+        "nva.specificity": f"{specs.pop():g}" if len(specs) == 1 else "varies",
+    }
+
+
+VALUES["ultrasound-dp"] = dp_values
