@@ -160,6 +160,11 @@ def protocol_values(root: Path) -> Mapping[str, str]:
     eps = [s["accounting"]["eps_total"] for cond in CONDITIONS[1:] for s in cells[("sequential-dfl", cond)]]
     out["sequential-dfl.eps_range"] = f"{min(eps):.1e}-{max(eps):.1e}".replace("e+0", "e")
     out["params"] = f"{params:,}"
+    every = [s for runs in cells.values() for s in runs]  # wall time of the kept grid, ServerApp start to end
+    per_round = [s["wall_seconds"] / len(s["rounds"]) for s in every]
+    out["wall.total_h"] = f"{sum(s['wall_seconds'] for s in every) / 3600:.1f}"
+    out["wall.runs"] = str(len(every))
+    out["wall.per_round"] = f"{min(per_round):.0f}-{max(per_round):.0f}"
     paper = read_json(root / PAPER)["final_acc_pct"]
     for fw, cells_fw in paper.items():  # our ratio of two accuracies the paper prints (it prints no retention)
         for cond, acc in cells_fw.items():

@@ -194,6 +194,11 @@ def values(root: Path) -> Mapping[str, str]:
     out.update({f"det.{k}": v for k, v in _detection(runs).items()})
     out.update({f"e2.{k}": v for k, v in _detection(_runs(root, VARIANTS / "e2")).items()})
     out.update(_audit_values(root))
+    ratios = [s["settings"]["pdp"]["sigma_release_over_gdp"] for s in main]
+    out["pdp_over_gdp"] = _span(ratios, "{:.5f}")
+    spread = [(max(a) - min(a)) / float(np.mean(a)) for a in
+              ([c["arirec"] for c in s["anonymization"].values()] for s in main)]
+    out["arirec_spread_pct"] = _span([100 * x for x in spread], "{:.0f}")
     return out
 
 

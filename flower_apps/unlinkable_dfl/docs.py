@@ -116,6 +116,14 @@ def theory_values(root: Path) -> Mapping[str, str]:
            "mult_over": str(sum(r[f"{a}_trace_mult_informative_advantage"] > r[f"{a}_trace_mult_informative_bound"]
                                 for r in mixed for a in ADVERSARIES)),
            "mult_cells": str(2 * len(mixed))}
+    relayed = {label: rs for label, rs in linking_runs(root).items() if rs[0]["mixnet"] and rs[0]["max_hops"] > 1}
+    trace = {label: statistics.fmean(r["relay_h_inf_bits"] for r in rs) for label, rs in relayed.items()}
+    aware = {label: statistics.fmean(r["aware_relay_h_inf_bits"] for r in rs) for label, rs in relayed.items()}
+    out["trace_h_inf"] = _range(list(trace.values()), "{:.1f}")  # the relays' trace min-entropy, mixed configs
+    out["aware_h_inf"] = _range(list(aware.values()), "{:.1f}")
+    for label, rs in relayed.items():
+        if rs[0]["max_hops"] == 2:
+            out[f"trace_h_inf.k2.o{rs[0]['outbox']}"] = f"{trace[label]:.1f}"
     notes = read_json(root / REDUCED / "wall_notes.json")
     out["wall_min"] = f"{notes['wall_seconds'] / 60:.1f}"
     out["load"] = str(notes["load"])
