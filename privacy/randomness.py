@@ -26,8 +26,10 @@ Two modes:
   noise, so a DP run can be repeated bit for bit. Anyone who can read the file can remove the
   noise: keep it private to the party whose noise it seeds.
 
-Every other random choice of a run (partitions, initial model, client sampling) stays
-derived from the run seed, as before.
+Every other random choice of a run (partitions, initial model, each client's batch order) stays
+derived from the run seed, as before; except the server's per-round cohort draw under client
+sampling (privacy/sampling.py, ``STREAM_CLIENT_SAMPLING``), which amplification by sampling needs
+secret from the clients: it is drawn from the server's NoiseSource like its noise.
 """
 
 from __future__ import annotations

@@ -36,10 +36,12 @@ the first dot, e.g. ``ultrasound``), or when either is in a shared scope (``data
 kept for the published numbers is declared with ``shares=`` and its reason.
 
 Not here: DP noise. Its streams (``privacy/randomness.py``: ``STREAM_MATCHED_PERTURBATION``,
-``STREAM_TABULAR_SERVER``, ``STREAM_DPSGD``; ``privacy/audit/canaries.py``: ``STREAM_AUDIT_CANARIES``)
-are secret: drawn from OS entropy or a party's own seed file, never from the run seed (see
-``NOISE_STREAMS``). Torch's global generator is never seeded here: a region that must draw from it
-(dropout masks in a training loop, initial weights) runs inside ``models.seeded_init.seeded_init``.
+``STREAM_TABULAR_SERVER``, ``STREAM_DPSGD``; ``privacy/audit/canaries.py``: ``STREAM_AUDIT_CANARIES``;
+``privacy/sampling.py``: ``STREAM_CLIENT_SAMPLING``, the server's cohort draw under client sampling, which
+amplification by sampling needs secret from the clients) are secret: drawn from OS entropy or a party's own
+seed file, never from the run seed, which every message carries (see ``NOISE_STREAMS``). Torch's global generator
+is never seeded here: a region that must draw from it (dropout masks in a training loop, initial weights) runs inside
+``models.seeded_init.seeded_init``.
 """
 
 from __future__ import annotations
@@ -264,7 +266,8 @@ def torch_generator(name: str, seed: int, *extra: int) -> torch.Generator:
 #: the secret noise streams (privacy/randomness.py, privacy/audit/canaries.py): labels mixed into a
 #: NoiseSource's OS entropy or a party's seed file, never the run seed. Listed here so that a new
 #: stream's tag is chosen apart from them; drawn only through ``privacy.randomness.NoiseSource``.
-NOISE_STREAMS = {"matched-perturbation": 0xD9, "tabular-server": 0x7AB, "dpsgd": 0xD95D, "audit-canaries": 0xA0D17}
+NOISE_STREAMS = {"matched-perturbation": 0xD9, "tabular-server": 0x7AB, "dpsgd": 0xD95D, "audit-canaries": 0xA0D17,
+                 "client-sampling": 0xC0407}
 
 
 def _r(name: str, *key: str | int, doc: str, kind: Kind = "rng", shares: tuple[str, ...] = ()) -> None:

@@ -16,6 +16,7 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Result, Strategy
 from threadpoolctl import threadpool_limits
 
+from privacy.sampling import CohortSampler
 from strategies.cohorts import PlanChecked, build_messages, plan_cohorts
 from strategies.layer import Layer, start_rounds
 from strategies.transport import send_and_receive
@@ -77,27 +78,56 @@ class PatternStrategy(Layer, Strategy):
 
 
 class LogicalClientStrategy(PlanChecked, PatternStrategy):
-    """A pattern strategy over named logical clients, full participation, ``train.<action>`` messages.
+    """A pattern strategy over named logical clients, ``train.<action>`` messages.
 
     Parameters
     ----------
-    client_ids : the logical clients taking part every round.
+    client_ids : the logical clients (the population; all of them take part every round unless ``sampler``).
     action : ClientApp action that trains them (message type ``train.<action>``).
     clients_per_message : logical clients packed in one message (transport only: same math).
 
     ``placement`` (logical client -> node id; None in a simulation) is the explicit plan of a
     node-local deployment: each message goes to the node holding its clients (strategies.cohorts).
+    ``sampler`` (privacy.sampling.CohortSampler; None = full participation, the seed paper's setting):
+    the server's secret per-round draw; only the sampled clients get a message, so a reply for any other
+    client answers nothing this round sent and is refused (strategies.cohorts.check_replies).
     """
 
     placement: dict[int, int] | None = None
+    sampler: CohortSampler | None = None
 
     def __init__(self, client_ids: list[int], action: str, clients_per_message: int = 1) -> None:
         self.client_ids = list(client_ids)
         self.action = action
         self.clients_per_message = clients_per_message
+        self.cohort = list(self.client_ids)  # this round's planned clients (all of them without a sampler)
+
+    def sample_with(self, sampler: CohortSampler) -> None:
+        """Draw each round's cohort with ``sampler`` (client sampling) instead of asking every client."""
+        self.sampler = sampler
+        # A seeded sampler's generator could be saved like the noise's; no study resumes a sampled run yet.
+        self.unresumable = "its cohort sampler's draws live in this process only"
+
+    def round_cohort(self, server_round: int) -> list[int]:
+        """The clients round ``server_round`` asks, in client order: all of them, or the sampler's draw."""
+        if self.sampler is None:
+            return list(self.client_ids)
+        if self.sampler.num_clients != len(self.client_ids):
+            raise ValueError(f"the sampler draws from {self.sampler.num_clients} clients, the strategy has "
+                             f"{len(self.client_ids)}")
+        return [self.client_ids[int(i)] for i in self.sampler.clients(server_round)]
+
+    def cohort_metrics(self, metrics: MetricRecord) -> MetricRecord:
+        """``metrics`` with ``num-sampled`` (the round's planned clients) when the round was sampled."""
+        if self.sampler is not None:
+            metrics["num-sampled"] = len(self.cohort)
+        return metrics
 
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
                         grid: Grid) -> Iterable[Message]:
         config["server-round"] = server_round
-        plan = plan_cohorts(self.client_ids, list(grid.get_node_ids()), self.clients_per_message, self.placement)
+        self.cohort = self.round_cohort(server_round)
+        if not self.cohort:  # an empty Poisson draw: nobody is asked (the DP wrapper still releases noise)
+            return self.remember([])
+        plan = plan_cohorts(self.cohort, list(grid.get_node_ids()), self.clients_per_message, self.placement)
         return self.remember(build_messages(plan, arrays, config, self.action))

@@ -21,6 +21,12 @@ only the released (noised) models. Three insertion points, one per aggregation s
   size of the client it stands for); the result is what FedAvg would return with the canaries
   among its replies.
 
+Under client sampling (``sampler``, privacy.sampling) the inserted canaries are members of the
+population the server samples from (members N..N+K_in-1 of its draw): a canary joins a round only when
+the draw picks it, like a client, and a Poisson round whose draw holds canaries but no client releases
+the canaries' mean (FL) or their sum (the chain) plus noise. Which rounds held a canary is the server's
+secret, as for a client: the auditor scores every release (privacy/audit).
+
 Threat model: the server (and this code in it) is trusted; the canaries are the auditor's, injected
 where a trusted auditor would inject them (Andrew et al., ICLR 2024, Sec. 3).
 """
@@ -39,6 +45,7 @@ from flwr.serverapp.strategy import Strategy
 
 from privacy.audit.canaries import CanarySet
 from privacy.audit.client_level import flat_params, float_keys, split_like
+from privacy.sampling import CohortSampler
 from strategies.layer import MemberClip, layer_of
 from strategies.records import from_numpy, number, to_numpy
 from strategies.wrapper import StrategyWrapper
@@ -87,11 +94,14 @@ class CanaryInsertion(StrategyWrapper):
     Parameters
     ----------
     strategy : EqualWeightFedAvg (placement "cohort-mean") or SequentialDFL ("chain-end").
-    canaries : the auditor's canaries; the inserted ones take part in every round.
+    canaries : the auditor's canaries; the inserted ones take part in every round (or when the draw picks them).
     placement : "cohort-mean" or "chain-end".
+    sampler : the server's cohort draw (client sampling; its extra members are the inserted canaries, in
+        order), shared with the strategy that plans the messages; None = every canary every round.
     """
 
-    def __init__(self, strategy: Strategy, canaries: CanarySet, placement: str) -> None:
+    def __init__(self, strategy: Strategy, canaries: CanarySet, placement: str,
+                 sampler: CohortSampler | None = None) -> None:
         if placement not in PLACEMENTS:
             raise ValueError(f"placement must be one of {PLACEMENTS}, got {placement!r}")
         weights = layer_of(strategy).member_weights
@@ -103,6 +113,10 @@ class CanaryInsertion(StrategyWrapper):
         self.canaries = canaries
         self.placement = placement
         self._inserted = canaries.inserted_indices()
+        if sampler is not None and sampler.num_extra != self._inserted.size:
+            raise ValueError(f"the sampler draws {sampler.num_extra} extra members, {self._inserted.size} canaries "
+                             "are inserted")
+        self.sampler = sampler
         self._sum_cache: np.ndarray | None = None  # sum_k c_k, computed once when first needed
         self._current: OrderedDict[str, np.ndarray] | None = None
         self._clip: MemberClip | None = None
@@ -121,15 +135,21 @@ class CanaryInsertion(StrategyWrapper):
             self._sum_cache = canary_sum(self.canaries, self._inserted)
         return self._sum_cache
 
-    def _clipped_sum(self, server_round: int) -> np.ndarray:
-        """sum_k clip(w(t) + c_k) - w(t) over the inserted canaries (flat, float64): each canary's model is
-        a reply like a real client's, in the model's dtype, through the wrapper's client clip."""
+    def round_canaries(self, server_round: int) -> np.ndarray:
+        """The inserted canaries (indices into the canary set) that take part in round ``server_round``."""
+        if self.sampler is None:
+            return self._inserted
+        return self._inserted[self.sampler.extras(server_round)]
+
+    def _clipped_sum(self, server_round: int, present: np.ndarray) -> np.ndarray:
+        """sum_k clip(w(t) + c_k) - w(t) over the ``present`` inserted canaries (flat, float64): each canary's
+        model is a reply like a real client's, in the model's dtype, through the wrapper's client clip."""
         assert self._current is not None
         if self._clip is None:
-            return self._sum
+            return self._sum if present is self._inserted else canary_sum(self.canaries, present)
         cur_flat = flat_params(self._current)
         total = np.zeros(self.canaries.dim)
-        for k in self._inserted:
+        for k in present:
             reply = add_flat(self._current, np.asarray(self.canaries.vectors[k], dtype=np.float64))
             total += flat_params(self._clip(server_round, f"canary-{int(k)}", reply)) - cur_flat
         return total
@@ -152,18 +172,29 @@ class CanaryInsertion(StrategyWrapper):
         if self._current is None:
             raise RuntimeError("aggregate_train called before configure_train")
         arrays, metrics = self.strategy.aggregate_train(server_round, replies)
-        k_in = int(self._inserted.size)
+        present = self.round_canaries(server_round)
+        k_in = int(present.size)
         metrics = MetricRecord() if metrics is None else metrics
         real = int(number(metrics.get("num-contributors", 0)))
         if arrays is None or real == 0:
-            # No real client contributed: nothing is released this round, canaries included.
+            if self.sampler is None or k_in == 0:
+                # No real client contributed: nothing is released this round, canaries included.
+                return arrays, metrics
+            # A sampled round whose draw holds canaries and no (valid) client: the canaries are the cohort.
+            change = self._clipped_sum(server_round, present)
+            model = add_flat(self._current, change / k_in if self.placement == "cohort-mean" else change)
+            metrics["num-canaries"] = k_in
+            return from_numpy(model), metrics
+        if k_in == 0:  # a sampled round that drew no canary
+            metrics["num-canaries"] = 0
             return arrays, metrics
         agg = to_numpy(arrays)
         if self.placement == "cohort-mean":  # k_in members whose updates sum to S: one row S / k_in of weight k_in
             model = mix_into_weighted_mean(agg, self._current, float(real),
-                                           (self._clipped_sum(server_round) / k_in)[None, :], np.array([float(k_in)]))
-        else:
-            model = add_flat(agg, self._sum)  # k_in more hops, each adding its canary to the token
+                                           (self._clipped_sum(server_round, present) / k_in)[None, :],
+                                           np.array([float(k_in)]))
+        else:  # k_in more hops, each adding its canary to the token
+            model = add_flat(agg, self._sum if present is self._inserted else canary_sum(self.canaries, present))
         metrics["num-canaries"] = k_in
         return from_numpy(model), metrics
 

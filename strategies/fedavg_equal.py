@@ -38,7 +38,7 @@ class EqualWeightFedAvg(LogicalClientStrategy):
 
     Parameters
     ----------
-    client_ids : the logical clients taking part every round (full participation).
+    client_ids : the logical clients (every round's cohort, or the population a sampler draws from).
     action : ClientApp action that trains them (message type ``train.<action>``).
     clients_per_message : logical clients packed in one message (transport only).
     """
@@ -72,10 +72,11 @@ class EqualWeightFedAvg(LogicalClientStrategy):
             weights.update(self.client_weights(reply, sorted(arrays)))
             m = reply.content["metrics"]
             losses.append((float(number(m["train-loss"])), int(number(m["num-examples"]))))
-        expected = len(self.client_ids)
+        expected = len(self.cohort)  # the round's planned clients (all of them without sampling)
         if not models:
-            log.warning("round %d: no client replied; the model is unchanged", server_round)
-            return None, MetricRecord({"num-contributors": 0, "num-failed": expected})
+            if expected:
+                log.warning("round %d: no client replied; the model is unchanged", server_round)
+            return None, self.cohort_metrics(MetricRecord({"num-contributors": 0, "num-failed": expected}))
         order = sorted(models)
         agg = self.combine([models[c] for c in order], [weights[c] for c in order])
         n_ex = sum(n for _, n in losses)
@@ -86,4 +87,4 @@ class EqualWeightFedAvg(LogicalClientStrategy):
                 "train-loss": sum(loss * n for loss, n in losses) / max(n_ex, 1),
             }
         )
-        return from_numpy(agg), metrics
+        return from_numpy(agg), self.cohort_metrics(metrics)

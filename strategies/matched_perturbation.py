@@ -18,6 +18,19 @@ only *raise* the noise); and every clipping event is recorded.
 Threat model: the noise hides each client's update from the other clients and from anyone who
 sees the released models (the server is trusted to add it).
 
+Client sampling (``sampler``, privacy.sampling; None = full participation, the seed paper's setting, and
+the code path is then unchanged). *Fixed size* (m = round(q N) clients): the round is today's round over
+the m sampled clients: the mean over the valid members, sigma_abs sized by them (C / m at full
+attendance; replace-one sensitivity 2C/m). *Poisson* (each client with probability q), as DP-FedAvg
+(McMahan et al. 2018): the sum of the members' clipped updates is divided by the fixed expected cohort
+D = q x population, not by the draw's size, and sigma_abs = calibrate_sigma_abs(C, D, ...) is sized
+for that fixed denominator (add/remove sensitivity C/D, whatever the draw, a failure or a rejection).
+Every Poisson round releases, an empty or all-failed cohort included: w(t) + z (an unchanged model
+would tell everyone that nobody was sampled). In sequential DFL the chain runs over the sampled
+clients, its round update is clipped once as before, and sigma_abs is the same D-sized value as FL's
+(matched). Amplification by sampling protects against whoever sees the releases but not the draw; the
+draw is the server's secret (privacy.sampling).
+
 Broken variants (issue 37, ``fault``; privacy/faults.py, refused unless ``PPFL_ALLOW_DP_FAULTS=1``)
 change only what the mechanism *does*; what it reports (``sigma-abs``, the clip counters) stays what
 the correct mechanism would report, as a real bug would: ``noise-div-k`` adds sigma_abs / k;
@@ -43,6 +56,7 @@ from flwr.serverapp.strategy import Strategy
 from privacy.faults import FAULTS_BY_STUDY, WRONG_COHORT_FACTOR, check_fault, noise_divisor
 from privacy.mechanisms import calibrate_sigma_abs, clip_by_l2, gaussian_noise_like
 from privacy.randomness import STREAM_MATCHED_PERTURBATION, NoiseSource, generator_state, set_generator_state
+from privacy.sampling import CohortSampler
 from strategies.layer import layer_of
 from strategies.records import client_arrays, client_key, from_numpy, number, to_numpy
 from strategies.wrapper import StrategyWrapper
@@ -68,6 +82,8 @@ class MatchedPerturbation(StrategyWrapper):
     noise : where the noise randomness comes from (default: secure, OS entropy).
     stream : labels mixed into a seeded noise source (e.g. the run seed), so runs differ.
     fault : '' (the mechanism) or one of :data:`FAULTS` (a deliberately broken one, see the module doc).
+    sampler : the round's cohort draw (client sampling, see the module doc), shared with the strategy that
+        plans the messages; None = full participation.
     """
 
     def __init__(
@@ -80,6 +96,7 @@ class MatchedPerturbation(StrategyWrapper):
         noise: NoiseSource | None = None,
         stream: tuple[int, ...] = (),
         fault: str = "",
+        sampler: CohortSampler | None = None,
     ) -> None:
         if clip_at not in CLIP_LEVELS:
             raise ValueError(f"clip_at must be one of {CLIP_LEVELS}, got {clip_at!r}")
@@ -102,6 +119,7 @@ class MatchedPerturbation(StrategyWrapper):
         self.rng = self.noise.numpy_generator(STREAM_MATCHED_PERTURBATION, *stream)
         self._current: OrderedDict[str, np.ndarray] | None = None
         self.fault = fault
+        self.sampler = sampler
         self.clip_events: list[dict] = []  # one entry per clipped quantity, every round
         if clip_at == "client":
             # Audit canaries are cohort members: their models pass through this same client clip (a layer that
@@ -167,14 +185,23 @@ class MatchedPerturbation(StrategyWrapper):
             raise RuntimeError(f"round {server_round}: the wrapped strategy counted "
                                f"{metrics.get('num-contributors')} contributors, the plan {contributors}")
         metrics["num-rejected"] = len(checked.rejected)
-        if arrays is None or contributors == 0:
+        poisson = self.sampler is not None and self.sampler.scheme == "poisson"
+        if not poisson and (arrays is None or contributors == 0):
             # Nothing was released this round, so nothing needs noise.
             return None, metrics
-        model = to_numpy(arrays)
+        # Audit canaries (strategies.canaries) are cohort members like any client: they size the noise too.
+        members = contributors + int(number(metrics.get("num-canaries", 0)))
+        if poisson:
+            assert self.sampler is not None  # typing: poisson implies a sampler
+            # DP-FedAvg: the members' sum over the fixed expected cohort D (module doc); every round releases.
+            model = self._over_fixed_denominator(None if arrays is None else to_numpy(arrays), members)
+            cohort: float = self.sampler.cohort_size
+        else:
+            assert arrays is not None  # typing: checked above
+            model = to_numpy(arrays)
+            cohort = members
         if self.clip_at == "aggregate":
             model = self._clip_model(server_round, "round", model)
-        # Audit canaries (strategies.canaries) are cohort members like any client: they size the noise too.
-        cohort = contributors + int(number(metrics.get("num-canaries", 0)))
         if self.fault == "wrong-cohort":
             cohort *= WRONG_COHORT_FACTOR
         sigma_abs = calibrate_sigma_abs(self.clip_norm, cohort, self.eps_cal, self.delta_cal)
@@ -197,6 +224,23 @@ class MatchedPerturbation(StrategyWrapper):
         norms = [e["norm"] for e in sorted(events, key=lambda e: str(e["who"]))]
         metrics["update-norm-mean"] = float(np.mean(norms)) if norms else 0.0
         return from_numpy(noised), metrics
+
+    def _over_fixed_denominator(self, model: OrderedDict[str, np.ndarray] | None,
+                                members: int) -> OrderedDict[str, np.ndarray]:
+        """Poisson sampling: the round's model before noise, w(t) + (sum of the members' updates) / D.
+
+        ``model`` is what the wrapped strategy returned: for FL (clip at "client") the mean of the
+        ``members`` clipped models, rescaled here by members / D; for sequential DFL the chain's token
+        (clipped afterwards as a whole). No member: w(t) itself (the release is then noise only).
+        """
+        assert self._current is not None and self.sampler is not None
+        if model is None or members == 0:
+            return OrderedDict((k, v.copy()) for k, v in self._current.items())
+        if self.clip_at == "aggregate":
+            return model
+        scale = members / self.sampler.cohort_size
+        return OrderedDict((k, (self._current[k] + (model[k].astype(np.float64) - self._current[k]) * scale)
+                            .astype(model[k].dtype)) for k in model)
 
     def _clip_after_noise(self, noised: OrderedDict[str, np.ndarray]) -> OrderedDict[str, np.ndarray]:
         """The clip-after-noise bug: the round's noised update projected onto the C-ball (no event recorded)."""

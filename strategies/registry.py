@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 from privacy.audit.canaries import CanarySet
 from privacy.randomness import NoiseSource
+from privacy.sampling import CohortSampler
 from strategies.base import LogicalClientStrategy, PatternStrategy
 from strategies.canaries import CanaryInsertion
 from strategies.fedavg_equal import EqualWeightFedAvg
@@ -61,6 +62,7 @@ def build_strategy(
     canaries: CanarySet | None = None,
     fault: str = "",
     placement: dict[int, int] | None = None,
+    sampler: CohortSampler | None = None,
 ) -> PatternStrategy | MatchedPerturbation:
     """Build a framework's strategy, wrapped in matched perturbation when ``dp``.
 
@@ -70,6 +72,10 @@ def build_strategy(
     ``fault`` (issue 37, tests only): a broken matched perturbation (strategies.matched_perturbation).
     ``placement`` (node-local data): logical client -> the node holding it, where the messages go
     (strategies.cohorts.plan_cohorts); None in a simulation.
+    ``sampler`` (client sampling, privacy.sampling): the server's secret per-round draw over ``client_ids``
+    (and, in an audit, the inserted canaries as its extra members); only the drawn clients get messages,
+    and the DP wrapper normalises and sizes its noise as the scheme says (strategies.matched_perturbation).
+    None = full participation (the seed paper's setting).
     """
     if framework not in FRAMEWORKS:
         raise ValueError(f"unknown framework {framework!r}; allowed: {sorted(FRAMEWORKS)}")
@@ -82,6 +88,15 @@ def build_strategy(
         if not isinstance(inner, LogicalClientStrategy):  # it would plan its messages without the placement
             raise ValueError(f"framework {framework!r} does not plan messages over logical clients: no placement")
         inner.placement = dict(placement)
+    if sampler is not None:
+        if not isinstance(inner, LogicalClientStrategy):  # it would plan every client every round
+            raise ValueError(f"framework {framework!r} does not plan messages over logical clients: no sampling")
+        if sampler.num_clients != len(client_ids):
+            raise ValueError(f"the sampler draws from {sampler.num_clients} clients, got {len(client_ids)} client ids")
+        k_in = 0 if canaries is None else int(canaries.inserted.sum())
+        if sampler.num_extra != k_in:
+            raise ValueError(f"the sampler draws {sampler.num_extra} extra members; the audit inserts {k_in} canaries")
+        inner.sample_with(sampler)
     if canaries is not None and not dp:
         raise ValueError("canaries audit a DP mechanism: they need dp=True")
     if fault and not dp:
@@ -94,6 +109,6 @@ def build_strategy(
     if canaries is not None:
         if canaries.clip_norm > clip_norm:
             raise ValueError(f"canaries at norm {canaries.clip_norm:g} exceed the clip norm {clip_norm:g}")
-        return MatchedPerturbation(CanaryInsertion(inner, canaries, CANARY_PLACEMENT[clip_at]), clip_norm, eps_cal,
-                                   delta_cal, clip_at, noise, stream, fault)
-    return MatchedPerturbation(inner, clip_norm, eps_cal, delta_cal, clip_at, noise, stream, fault)
+        return MatchedPerturbation(CanaryInsertion(inner, canaries, CANARY_PLACEMENT[clip_at], sampler), clip_norm,
+                                   eps_cal, delta_cal, clip_at, noise, stream, fault, sampler)
+    return MatchedPerturbation(inner, clip_norm, eps_cal, delta_cal, clip_at, noise, stream, fault, sampler)

@@ -62,7 +62,7 @@ class RelayGrid:
 
 
 class SequentialDFL(LogicalClientStrategy):
-    """Token passing through ``client_ids`` in that fixed order every round."""
+    """Token passing through ``client_ids`` in that fixed order every round (the sampled ones, with a sampler)."""
 
     array_claims = "last"  # a hop's reply carries one token, under the hop's last client
     required_metrics = frozenset({"num-examples", "train-loss"})  # the round's train-loss is their weighted mean
@@ -85,13 +85,14 @@ class SequentialDFL(LogicalClientStrategy):
             loss_sum += float(number(m["train-loss"])) * int(number(m["num-examples"]))
             n_ex += int(number(m["num-examples"]))
         if not ok:
-            log.warning("round %d: every hop failed; the model is unchanged", server_round)
-            return None, MetricRecord({"num-contributors": 0, "num-failed": len(self.client_ids)})
+            if self.cohort:
+                log.warning("round %d: every hop failed; the model is unchanged", server_round)
+            return None, self.cohort_metrics(MetricRecord({"num-contributors": 0, "num-failed": len(self.cohort)}))
         token = next(iter(client_arrays(ok[-1]).values()))
-        return token, MetricRecord(
+        return token, self.cohort_metrics(MetricRecord(
             {
                 "num-contributors": len(visited),
-                "num-failed": len(self.client_ids) - len(visited),
+                "num-failed": len(self.cohort) - len(visited),
                 "train-loss": loss_sum / max(n_ex, 1),
             }
-        )
+        ))

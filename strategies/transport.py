@@ -45,7 +45,10 @@ def send_and_receive(
         raise ValueError(f"poll_budget must be in (0, 1], got {poll_budget}")
     if not 0 < min_poll <= max_poll:
         raise ValueError(f"need 0 < min_poll <= max_poll, got {min_poll}, {max_poll}")
-    msg_ids = set(grid.push_messages(list(messages)))
+    messages = list(messages)
+    if not messages:  # an empty sampled cohort: nothing to push, nothing to wait for
+        return []
+    msg_ids = set(grid.push_messages(messages))
     replies: list[Message] = []
     deadline = None if timeout is None else time.monotonic() + timeout
     poll = min_poll

@@ -12,6 +12,22 @@ released models (privacy.audit.client_level). Formal epsilons beside the audited
 * ``eps_formal_study``: the study's own accounting (replace-one, 2C/N or 2C; privacy.accounting,
   exact GDP), for the reader's orientation.
 
+Client sampling (``client-fraction`` < 1, Poisson only: config.check_sampling refuses fixed-size sampling
+with an audit, whose add/remove epsilon dp-accounting gives only for Poisson sampling). The inserted
+canaries are members of the population the server samples from, so a canary joins a round with
+probability q like a client, and the auditor, who sees every release but not the draw, scores every
+release as before (a round without a canary is noise along its direction; its statistic is the sum over
+all rounds). The formal epsilons are then the *sampled* ones: per round the canary's signal C/D
+(D = q (N + K_in), DP-FedAvg's fixed denominator) or C (chain) under the reported sigma, composed as
+``PoissonSampledDpEvent(q, GaussianDpEvent(sigma / signal))`` over the releases (dp-accounting, add/remove;
+privacy.accounting.poisson_sampled_epsilon), and ``eps_formal_study`` is the run's sampled ledger
+(``accounting_sampled.eps_total``). The configured reference is the same with the configured sigma
+(calibrate_sigma_abs(C, D, ...)); its ``mu_formal`` stays the *unamplified* sqrt(releases) x signal / sigma:
+a sampled Gaussian is at least as hard to tell apart as the unsampled one, so mu-GDP with that mu still
+bounds any separation (a weaker separation test, whose power the verdict reports), while the lower-bound
+test uses the amplified epsilon. The release-norm test allows an update of norm C / q in FL (the fixed
+denominator: up to all N + K_in members over D).
+
 The verdict (issue 37, privacy.audit.verdict) never takes the mechanism's word: its reference is the
 configuration alone. Per release the configured SD is ``calibrate_sigma_abs(C, N + K_in, eps_cal,
 delta_cal)`` (the planned cohort plus the inserted canaries, the same in both frameworks: matched
@@ -32,22 +48,39 @@ from scipy import stats
 
 from flower_apps.common.results import atomic_write_json, read_json
 from flower_apps.common.tables import write_table
+from privacy.accounting import poisson_sampled_epsilon
 from privacy.audit import CanarySet, ReleaseObserver, estimate, formal_add_remove_epsilon
 from privacy.audit.stats import format_eps, gdp_epsilon, max_certifiable_epsilon
 from privacy.audit.verdict import ALPHA, POWER, bound_test, decide, noise_test, reported_sigma_test, separation_test
 from privacy.mechanisms import calibrate_sigma_abs
+from privacy.sampling import expected_cohort
 
 CONFIDENCE = 0.95
+
+
+def _sampled(cfg) -> bool:
+    """Whether the run sampled its cohort (client-fraction < 1; Poisson, see the module doc)."""
+    return getattr(cfg, "client_fraction", 1.0) < 1
 
 
 def configured_reference(cfg, canaries: CanarySet, releases: int) -> dict:
     """What the noise and the canaries' separation must be, from the configured knobs alone (see module doc)."""
     k_in = int(canaries.inserted.sum())
-    sigma = calibrate_sigma_abs(cfg.clip_norm, cfg.num_clients + k_in, cfg.eps_cal, cfg.delta_cal)
-    signal = cfg.clip_norm / (cfg.num_clients + k_in) if cfg.framework == "fl" else cfg.clip_norm
+    cohort: float = cfg.num_clients + k_in
+    if _sampled(cfg):
+        cohort = expected_cohort(cfg.client_sampling, cfg.client_fraction, cfg.num_clients + k_in)
+    sigma = calibrate_sigma_abs(cfg.clip_norm, cohort, cfg.eps_cal, cfg.delta_cal)
+    signal = cfg.clip_norm / cohort if cfg.framework == "fl" else cfg.clip_norm
     mu = math.sqrt(releases) * signal / sigma
-    return {"sigma_abs": sigma, "cohort": cfg.num_clients + k_in, "canary_signal": signal, "releases": releases,
-            "mu_formal": mu, "eps_formal": gdp_epsilon(mu, cfg.delta_total)}
+    ref = {"sigma_abs": sigma, "cohort": cohort, "canary_signal": signal, "releases": releases,
+           "mu_formal": mu, "eps_formal": gdp_epsilon(mu, cfg.delta_total)}
+    if _sampled(cfg):
+        ref.update(client_sampling=cfg.client_sampling, client_fraction=cfg.client_fraction,
+                   eps_formal_unamplified=ref["eps_formal"],
+                   eps_formal=poisson_sampled_epsilon(cfg.client_fraction, [sigma / signal] * releases,
+                                                      cfg.delta_total),
+                   update_bound=cfg.clip_norm / cfg.client_fraction if cfg.framework == "fl" else cfg.clip_norm)
+    return ref
 
 
 def release_norm_test(projections: np.ndarray, expected_sd: list[float], clip_norm: float, dim: int,
@@ -105,18 +138,27 @@ def audit_result(cfg, canaries: CanarySet, observer: ReleaseObserver, rounds: di
     ``num-canaries``); a round without a release contributes nothing.
     """
     framework, clip_norm, delta = cfg.framework, cfg.clip_norm, cfg.delta_total
+    sampled = _sampled(cfg)
+    fixed_cohort = (expected_cohort(cfg.client_sampling, cfg.client_fraction,
+                                    cfg.num_clients + int(canaries.inserted.sum())) if sampled else None)
     ratios, reported = [], []
     for r in sorted(rounds):
         m = rounds[r]
         if "sigma-abs" not in m:
             continue
         reported.append(float(m["sigma-abs"]))
-        cohort = int(m["num-contributors"]) + int(m.get("num-canaries", 0))
+        # Poisson: every member's update is divided by the fixed expected cohort D, whoever was drawn
+        cohort = fixed_cohort if fixed_cohort is not None else int(m["num-contributors"]) + int(m.get("num-canaries", 0))
         signal = clip_norm / cohort if framework == "fl" else clip_norm
         ratios.append(math.inf if m["sigma-abs"] == 0 else signal / float(m["sigma-abs"]))
     if len(reported) != observer.rounds:
         raise RuntimeError(f"{observer.rounds} released models observed but {len(reported)} rounds report sigma")
-    formal = math.inf if any(math.isinf(x) for x in ratios) else formal_add_remove_epsilon(ratios, delta)
+    if any(math.isinf(x) for x in ratios):
+        formal = math.inf
+    elif sampled:  # each round a Poisson-sampled Gaussian release of the canary (module doc)
+        formal = poisson_sampled_epsilon(cfg.client_fraction, [1 / x if x > 0 else math.inf for x in ratios], delta)
+    else:
+        formal = formal_add_remove_epsilon(ratios, delta)
     scores = observer.scores()
     est = estimate(canaries, scores, delta, CONFIDENCE, rng)
     threat_models = {tm: v["-1"] for tm, v in est.items()}
@@ -126,11 +168,15 @@ def audit_result(cfg, canaries: CanarySet, observer: ReleaseObserver, rounds: di
     s = scores["all-iterates"]
     verdict = dfl_dp_verdict(s[canaries.inserted], s[~canaries.inserted], observer.held_out_projections(),
                              [ref["sigma_abs"]] * observer.rounds, reported, ref["mu_formal"], ref["eps_formal"],
-                             clip_norm, canaries.dim, delta, rng)
-    return {"framework": framework, "delta": delta, "confidence": CONFIDENCE, "canaries": canaries.describe(),
-            "dp_fault": cfg.dp_fault or None, "released_rounds": observer.rounds, "eps_formal_add_remove": formal,
-            "eps_formal_study": eps_formal_study, "configured": ref, "threat_models": threat_models,
-            "verdict": verdict["verdict"], "verdict_detail": verdict}
+                             ref.get("update_bound", clip_norm), canaries.dim, delta, rng)
+    out = {"framework": framework, "delta": delta, "confidence": CONFIDENCE, "canaries": canaries.describe(),
+           "dp_fault": cfg.dp_fault or None, "released_rounds": observer.rounds, "eps_formal_add_remove": formal,
+           "eps_formal_study": eps_formal_study, "configured": ref, "threat_models": threat_models,
+           "verdict": verdict["verdict"], "verdict_detail": verdict}
+    if sampled:
+        out["sampling"] = {"client_sampling": cfg.client_sampling, "client_fraction": cfg.client_fraction,
+                           "cohort": fixed_cohort, "eps_formal": "amplified by Poisson sampling (add/remove)"}
+    return out
 
 
 def write_audit(out: Path, result: dict) -> None:
@@ -149,7 +195,8 @@ def audit_rows(results_dir: str | Path) -> list[dict]:
         rows.append({"run": s["run"], "framework": a["framework"], "C": s["clip_norm"], "eps_cal": s["eps_cal"],
                      "N": s["num_clients"], "T": s["num_rounds"], "seed": s["seed"],
                      "canaries (in/total)": f"{a['canaries']['num_inserted']}/{a['canaries']['num_canaries']}",
-                     "eps formal (study, replace-one)": format_eps(a["eps_formal_study"], "> 500"),
+                     "eps formal (study, replace-one)": format_eps(a["eps_formal_study"], "> 500") + (
+                         f" (sampled q={a['sampling']['client_fraction']:g}, add/remove)" if "sampling" in a else ""),
                      "eps formal (add/remove)": format_eps(a["eps_formal_add_remove"]),
                      "all-iterates: lower bound (95%)": format_eps(ai["eps_lower"]),
                      "all-iterates: point estimate": format_eps(ai["eps_point"]),

@@ -25,8 +25,12 @@ def collect_dfl_dp(study_dir: Path) -> list[dict]:
     for run, s in finished_runs(study_dir):
         if s.get("data_part", "target") != "target":
             continue
-        acc = s.get("accounting") or {}
+        # A sampled run (client-fraction < 1) reports its sampled ledger's epsilon (amplified, privacy/accounting.py);
+        # the full-participation row beside it in the summary is the seed paper's setting, not this run's.
+        acc = s.get("accounting_sampled") or s.get("accounting") or {}
         cond = "No-DP" if not s["dp"] else f"C={s['clip_norm']:g}, eps_cal={s['eps_cal']:g}"
+        if s.get("client_sampling"):
+            cond += f", q={s['client_fraction']:g} ({s['client_sampling']} sampling)"
         rec = {"condition": f"{s['framework']}: {cond}", "seed": s["seed"], "utility": 100 * s["final_acc"],
                "eps": acc.get("eps_total") if s["dp"] else math.inf, "delta": acc.get("delta_total"),
                "audited_eps": audited_epsilon(run), "_config": optional_json(run / "config.json")}

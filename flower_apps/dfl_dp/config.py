@@ -43,11 +43,18 @@ class _DflDpRun(_Fields):
         return "nodp" if not self.dp else f"C{self.clip_norm:g}_eps{self.eps_cal:g}"
 
     @property
+    def sampled(self) -> bool:
+        """Whether rounds sample their cohort (client-fraction < 1; privacy/sampling.py)."""
+        return self.client_fraction < 1
+
+    @property
     def default_run_name(self) -> str:
         shadow = "_shadow" if self.data_part == "shadow" else ""
+        # a sampled run never shares a folder with its full-participation twin (whose name stays as it was)
+        sampling = f"_q{self.client_fraction:g}-{self.client_sampling}" if self.sampled else ""
         audit = f"_audit{self.audit_canaries}" if self.audit_canaries else ""  # own folder: not resumed as plain
         fault = f"_FAULT-{self.dp_fault}" if self.dp_fault else ""  # a broken mechanism never shares a folder
-        return (f"{self.framework}_{self.condition}_N{self.num_clients}_T{self.num_rounds}_{self.dataset}"
+        return (f"{self.framework}_{self.condition}{sampling}_N{self.num_clients}_T{self.num_rounds}_{self.dataset}"
                 f"_s{self.seed}{shadow}{audit}{fault}")
 
 
@@ -70,9 +77,33 @@ def build_config(c: dict[str, Any]) -> DflDpConfig:
     need(cfg.audit_canaries % 2 == 0 and cfg.audit_canaries != 2, "audit-canaries",
          f"must be 0 or an even number >= 4 (half inserted, half held out; each half split in two), "
          f"got {cfg.audit_canaries}")
+    if cfg.sampled:
+        check_sampling(cfg)
     if cfg.dp:
         check_accountant(cfg)
     return cfg
+
+
+def check_sampling(cfg: DflDpConfig) -> None:
+    """Refuse (ConfigError, naming the keys) a client-sampling setting the run cannot carry out or account for."""
+    from privacy.sampling import fixed_cohort_size
+
+    if cfg.client_sampling == "fixed":
+        population = cfg.num_clients + cfg.audit_canaries // 2
+        try:
+            fixed_cohort_size(cfg.client_fraction, population)
+        except ValueError as exc:
+            need(False, "client-fraction", f"{exc}; raise client-fraction or num-clients, got {cfg.client_fraction}")
+        # The audit's formal epsilon is an add/remove one (privacy/audit); dp-accounting accounts sampling
+        # without replacement under replace-one only, so a fixed-size audited run would have nothing to compare with.
+        need(cfg.audit_canaries == 0, "client-sampling",
+             "client-sampling='fixed' with audit-canaries > 0: the client-level audit compares with an add/remove "
+             "epsilon, which dp-accounting gives for Poisson sampling only; use client-sampling='poisson' or "
+             "audit-canaries=0")
+    # The attacks capture fixed victims from one round's replies; a sampled round may not ask them.
+    need(cfg.capture_victims == 0, "capture-victims",
+         f"must be 0 with client-fraction < 1 (client-fraction {cfg.client_fraction:g}): the attacks' victims are "
+         f"captured from one round's replies, and a sampled round may not ask them")
 
 
 def check_accountant(cfg: DflDpConfig) -> None:
@@ -83,7 +114,7 @@ def check_accountant(cfg: DflDpConfig) -> None:
     that is 0 or inf in the float32 model (flower_apps/accountable.py says which values work).
     """
     from flower_apps.accountable import noise_sd_error, refuse_unaccountable
-    from privacy.accounting import account
+    from privacy.accounting import account, account_sampled
 
     def epsilon(v: dict[str, Any]) -> float:
         row = account(cfg.framework, v["clip-norm"], v["eps-cal"], v["num-clients"], v["num-rounds"],
@@ -91,8 +122,19 @@ def check_accountant(cfg: DflDpConfig) -> None:
         bad = noise_sd_error("sigma_abs", row.sigma_abs)
         if bad:
             raise ValueError(bad)
-        return max(row.eps_total, row.eps_rdp_accountant)
+        eps = max(row.eps_total, row.eps_rdp_accountant)
+        if v.get("client-fraction", 1.0) < 1:  # the sampled ledger the summary reports beside the full one
+            sampled = account_sampled(cfg.framework, v["clip-norm"], v["eps-cal"],
+                                      v["num-clients"] + cfg.audit_canaries // 2, v["num-rounds"], v["delta-cal"],
+                                      v["delta-total"], v["client-fraction"], cfg.client_sampling)
+            bad = noise_sd_error("sigma_abs", sampled.sigma_abs)
+            if bad:
+                raise ValueError(bad)
+            eps = max(eps, sampled.eps_amplified, sampled.eps_unamplified)
+        return eps
 
     values = {"clip-norm": cfg.clip_norm, "eps-cal": cfg.eps_cal, "delta-cal": cfg.delta_cal,
               "delta-total": cfg.delta_total, "num-clients": cfg.num_clients, "num-rounds": cfg.num_rounds}
+    if cfg.sampled:
+        values["client-fraction"] = cfg.client_fraction
     refuse_unaccountable(KEYS.keys, values, epsilon, "the client-level RDP accountant (privacy/accounting.py)")

@@ -42,6 +42,8 @@ class DflDpConfigFields(RunConfig):
     batch_size: int = 128
     local_epochs: int = 1
     grad_clip: float = 10.0
+    client_fraction: float = 1.0
+    client_sampling: str = 'poisson'
     clients_per_message: int = 1
     test_fraction: float = 0.2
     node_local_data: bool = False

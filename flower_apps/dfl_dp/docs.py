@@ -324,3 +324,21 @@ def round_values(root: Path) -> Mapping[str, str]:
 
 BLOCKS["dfl-dp-round-table"] = round_table
 VALUES["dfl-dp-round"] = round_values
+
+
+def sampling_eps_table(root: Path) -> str:
+    """docs/client_sampling.md's orientation table: FL at N = 100, T = 20, C = 1, eps_cal = 2, per q, computed by
+    privacy.accounting.account_sampled (dp-accounting), Poisson under add/remove, fixed size under replace-one."""
+    from privacy.accounting import account_sampled
+
+    lines = ["| q | sigma_abs | Poisson (add/remove): amplified / unamplified | "
+             "fixed size (replace-one): amplified / unamplified |", "| --- | --- | --- | --- |"]
+    for q in (1.0, 0.5, 0.2, 0.1):
+        p = account_sampled("fl", 1.0, 2.0, 100, 20, fraction=q, scheme="poisson")
+        f = account_sampled("fl", 1.0, 2.0, 100, 20, fraction=q, scheme="fixed")
+        lines.append(f"| {q:g} | {p.sigma_abs:.4g} | {p.eps_amplified:.3g} / {p.eps_unamplified:.3g} | "
+                     f"{f.eps_amplified:.3g} / {f.eps_unamplified:.3g} |")
+    return "\n".join(lines)
+
+
+BLOCKS["dfl-dp-sampling-eps"] = sampling_eps_table

@@ -59,21 +59,25 @@ def load_summaries(results_dir: str | Path, *, audited: bool = False) -> list[di
 
 
 def condition_of(s: dict) -> str:
-    return "No-DP" if not s["dp"] else f"C={s['clip_norm']:g}, eps_cal={s['eps_cal']:g}"
+    cond = "No-DP" if not s["dp"] else f"C={s['clip_norm']:g}, eps_cal={s['eps_cal']:g}"
+    # a sampled run (client-fraction < 1) is its own cell, never averaged with full participation
+    return cond + (f", q={s['client_fraction']:g} {s['client_sampling']}" if s.get("client_sampling") else "")
 
 
 def _sort_key(cond: str) -> tuple:
-    if cond == "No-DP":
-        return (0, 0.0, 0.0)
-    c, e = cond.replace("C=", "").replace("eps_cal=", "").split(", ")
-    return (1, float(c), float(e))
+    parts = cond.split(", ")
+    q = next((float(p.split()[0][2:]) for p in parts if p.startswith("q=")), 1.0)
+    if parts[0] == "No-DP":
+        return (0, 0.0, 0.0, -q)
+    c, e = parts[0].replace("C=", ""), parts[1].replace("eps_cal=", "")
+    return (1, float(c), float(e), -q)
 
 
 def build_rows(summaries: list[dict]) -> tuple[list[dict], list[dict], list[dict]]:
     """(Table 3 rows, Table 4 rows, retention/degradation rows) aggregated over seeds."""
     groups = group_by(summaries, lambda s: (s["framework"], condition_of(s)))
-    nodp = {(s["framework"], s["seed"], s["num_clients"], s["num_rounds"], s["dataset"]): s["final_acc"]
-            for s in summaries if not s["dp"]}
+    nodp = {(s["framework"], s["seed"], s["num_clients"], s["num_rounds"], s["dataset"],
+             s.get("client_fraction", 1.0)): s["final_acc"] for s in summaries if not s["dp"]}
     t3, t4, rd = [], [], []
     for (fw, cond) in sorted(groups, key=lambda k: (k[0], _sort_key(k[1]))):
         runs = groups[(fw, cond)]
@@ -87,9 +91,14 @@ def build_rows(summaries: list[dict]) -> tuple[list[dict], list[dict], list[dict
             row[label] = summ.fmt(digits)
             row[f"_{key}"] = summ
         if runs[0]["dp"]:
-            row["eps_total"] = f"{runs[0]['accounting']['eps_total']:.4g}"
-            row["eps (exact GDP)"] = ("> 500" if runs[0]["accounting"]["eps_gdp_exact"] is None
-                                      else f"{runs[0]['accounting']['eps_gdp_exact']:.4g}")
+            sampled = runs[0].get("accounting_sampled")
+            if sampled:  # a sampled run: its amplified RDP ledger (no exact GDP value for sampled releases)
+                row["eps_total"] = f"{sampled['eps_total']:.4g}"
+                row["eps (exact GDP)"] = "n/a (sampled)"
+            else:
+                row["eps_total"] = f"{runs[0]['accounting']['eps_total']:.4g}"
+                row["eps (exact GDP)"] = ("> 500" if runs[0]["accounting"]["eps_gdp_exact"] is None
+                                          else f"{runs[0]['accounting']['eps_gdp_exact']:.4g}")
             # Table 4: how often the clipping bound was hit (per client update in FL, per round
             # update in sequential DFL), mean +- SD [95% t-interval] over seeds.
             clip = summarize([r["clip_frequency_pct"] for r in runs])
@@ -102,7 +111,8 @@ def build_rows(summaries: list[dict]) -> tuple[list[dict], list[dict], list[dict
         if runs[0]["dp"]:
             ret, deg = [], []
             for r in runs:
-                base = nodp.get((fw, r["seed"], r["num_clients"], r["num_rounds"], r["dataset"]))
+                base = nodp.get((fw, r["seed"], r["num_clients"], r["num_rounds"], r["dataset"],
+                                 r.get("client_fraction", 1.0)))
                 if base is None:
                     continue
                 a, b = retention_and_degradation(r["final_acc"], base)
@@ -166,11 +176,11 @@ def accuracy_vs_eps(summaries: list[dict], clip_norm: float) -> dict[str, dict]:
     """Figure 6b's numbers per framework: ``{"eps": [...], "acc": [SeedSummary...], "nodp": SeedSummary}``.
 
     Final accuracy (%) over seeds for every eps_cal run at ``clip_norm``; ``nodp`` is None when
-    the framework has no No-DP run.
+    the framework has no No-DP run. Full participation only (the paper's figure): sampled runs are left out.
     """
     points = {}
     for fw in sorted({s["framework"] for s in summaries}):
-        mine = [s for s in summaries if s["framework"] == fw]
+        mine = [s for s in summaries if s["framework"] == fw and not s.get("client_sampling")]
         by_eps = group_by([s for s in mine if s["dp"] and s["clip_norm"] == clip_norm], lambda s: s["eps_cal"])
         base = [100 * s["final_acc"] for s in mine if not s["dp"]]
         points[fw] = {"eps": sorted(by_eps),

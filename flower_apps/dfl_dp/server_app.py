@@ -36,9 +36,10 @@ from flower_apps.dfl_dp.data import EvalPlan, eval_plan
 from flower_apps.dfl_dp.metrics import curve_summary
 from flower_apps.dfl_dp.victims import GRAD_PREFIX, STATE_PREFIX, extract, save
 from models.small_cnn import build_small_cnn
-from privacy.accounting import account
+from privacy.accounting import account, account_sampled
 from privacy.audit import ReleaseObserver, auditor_generator, flat_params, make_canaries
 from privacy.randomness import NoiseSource
+from privacy.sampling import STREAM_CLIENT_SAMPLING, CohortSampler
 from strategies.cohorts import config_record, round_problems, wait_for_nodes
 from strategies.layer import set_reply_rules
 from strategies.matched_perturbation import MatchedPerturbation
@@ -110,11 +111,13 @@ def server_main(grid: Grid, cfg: DflDpConfig) -> dict:
         # Norms C x U(2, 10): above the clip norm, so that they test the clip they pass through (issue 37).
         canaries = make_canaries(cfg.audit_canaries, w0.size, cfg.clip_norm, audit_rng, norm_range=CANARY_NORM_RANGE)
         auditor = ReleaseObserver(canaries, w0)  # sees the released models only
+    noise = NoiseSource(cfg.noise_seed_file, noise_condition(cfg))
+    sampler = cohort_sampler(cfg, noise, 0 if canaries is None else int(canaries.inserted.sum()))
     strategy = build_strategy(
         cfg.framework, client_ids, ACTION, cfg.clients_per_message, dp=cfg.dp,
         clip_norm=cfg.clip_norm, eps_cal=cfg.eps_cal, delta_cal=cfg.delta_cal,
-        noise=NoiseSource(cfg.noise_seed_file, noise_condition(cfg)), stream=(cfg.seed,), canaries=canaries,
-        fault=cfg.dp_fault, placement=placement,
+        noise=noise, stream=(cfg.seed,), canaries=canaries,
+        fault=cfg.dp_fault, placement=placement, sampler=sampler,
     )
     # Every reply is validated before it touches a model (strategies.reply_rules): a logical client
     # reports at most every training example once per local epoch; captured victim gradients are side arrays.
@@ -181,23 +184,36 @@ def server_main(grid: Grid, cfg: DflDpConfig) -> dict:
                "n_test": int(len(plan.y["test"])), "n_target_train": _n_train(plan),
                "wall_seconds": time.perf_counter() - t_start, "device": str(device),
                **curve_summary(acc_curve), "acc_curve": acc_curve, **deployment, **errors.summary()}
+    if sampler is not None:
+        summary.update(sampler.describe())
+    sampled_row = None
     if isinstance(strategy, MatchedPerturbation):
         summary.update(strategy.clip_summary())
         summary.update(strategy.noise.describe())
+        # The full-participation ledger at the same knobs (the seed paper's setting; the only one when q = 1).
         row = account(cfg.framework, cfg.clip_norm, cfg.eps_cal, cfg.num_clients, cfg.num_rounds,
                       cfg.delta_cal, cfg.delta_total)
         summary["accounting"] = asdict(row)
         summary["sigma_abs_nominal"] = row.sigma_abs
+        if sampler is not None:
+            # This run's ledger: amplified by sampling beside unamplified, for the population the server draws
+            # from (the clients and any inserted audit canaries), whose cohort sized the noise.
+            sampled_row = account_sampled(cfg.framework, cfg.clip_norm, cfg.eps_cal, sampler.population,
+                                          cfg.num_rounds, cfg.delta_cal, cfg.delta_total, cfg.client_fraction,
+                                          cfg.client_sampling)
+            summary["accounting_sampled"] = asdict(sampled_row)
+            summary["sigma_abs_nominal"] = sampled_row.sigma_abs
         summary["dp_fault"] = cfg.dp_fault or None  # issue 37: a deliberately broken mechanism says so
     if auditor is not None:
         from flower_apps.dfl_dp.audit_report import audit_result, write_audit
 
         assert canaries is not None and audit_rng is not None  # typing: set with the auditor (audit-canaries)
+        # the study's ledger for the cohort the noise was sized by (N + inserted canaries; sampled: the amplified one)
+        eps_study = (sampled_row.eps_total if sampled_row is not None else
+                     account(cfg.framework, cfg.clip_norm, cfg.eps_cal, cfg.num_clients + int(canaries.inserted.sum()),
+                             cfg.num_rounds, cfg.delta_cal, cfg.delta_total).eps_gdp_exact)
         audit = audit_result(cfg, canaries, auditor, {r: dict(m) for r, m in last_metrics.items()}, audit_rng,
-                             # the study's ledger for the cohort the noise was sized by (N + inserted canaries)
-                             account(cfg.framework, cfg.clip_norm, cfg.eps_cal,
-                                     cfg.num_clients + int(canaries.inserted.sum()), cfg.num_rounds,
-                                     cfg.delta_cal, cfg.delta_total).eps_gdp_exact)
+                             eps_study)
         write_audit(out, audit)
         summary["audit"] = {"eps_formal_add_remove": audit["eps_formal_add_remove"], "verdict": audit["verdict"],
                             **{tm: {k: v[k] for k in ("eps_lower", "eps_point")}
@@ -205,6 +221,18 @@ def server_main(grid: Grid, cfg: DflDpConfig) -> dict:
     atomic_write_json(out / "summary.json", summary)
     close_run_folder(out)
     return summary
+
+
+def cohort_sampler(cfg: DflDpConfig, noise: NoiseSource, num_canaries: int) -> CohortSampler | None:
+    """The server's per-round cohort draw (None at client-fraction 1: full participation).
+
+    Drawn from the server's own DP randomness (``noise``: OS entropy, or its local seed file), never from the
+    run seed, which every message carries: amplification by sampling needs the draw secret from the clients.
+    """
+    if not cfg.sampled:
+        return None
+    rng = noise.numpy_generator(STREAM_CLIENT_SAMPLING, cfg.seed)
+    return CohortSampler(cfg.client_sampling, cfg.client_fraction, cfg.num_clients, rng, num_extra=num_canaries)
 
 
 #: audit canaries' norms as multiples of C (privacy.audit.canaries.make_canaries): above C, to test the clip

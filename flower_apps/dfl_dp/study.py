@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from datasets.registry import DATASETS
 from flower_apps.config import COMMON_KEYS, SHARED_KEYS, Key, KeyTable
+from privacy.sampling import SCHEMES as SAMPLING_SCHEMES
 
 STUDY = "dfl-dp"
 ACTION = "dfl_dp"
@@ -30,6 +31,14 @@ KEYS = KeyTable(STUDY, (
     SHARED_KEYS["batch-size"],
     SHARED_KEYS["local-epochs"],
     Key("grad-clip", 10.0, float, gt=0, doc="max gradient norm in local SGD (stability, every condition; not DP)"),
+    # Client sampling (issue 40, privacy/sampling.py): the server's secret per-round draw. Kept runs predate the
+    # keys: at full participation both stay out of the run hash, so those runs keep their identity.
+    Key("client-fraction", 1.0, float, gt=0, le=1, hash_omit_when={"client-fraction": (1.0,)},
+        doc="q: fraction of clients the server samples each round (1 = full participation, the seed paper's)"),
+    Key("client-sampling", "poisson", str, choices=SAMPLING_SCHEMES, unused_when={"client-fraction": (1.0,)},
+        hash_omit_when={"client-fraction": (1.0,)},
+        doc="poisson (each client with probability q; DP-FedAvg's fixed denominator q N) or fixed "
+            "(round(q N) clients uniformly without replacement)"),
     SHARED_KEYS["clients-per-message"],
     SHARED_KEYS["test-fraction"],
     SHARED_KEYS["node-local-data"],

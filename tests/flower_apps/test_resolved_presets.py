@@ -44,6 +44,9 @@ FIELD_CHANGES = {
 for _study in ("dfl-dp", "tabular-pdp", "ultrasound"):
     FIELD_CHANGES[_study][1]["dp_fault"] = ""
 
+# issue 40: dfl-dp's client sampling, off by default (full participation, the seed paper's setting)
+FIELD_CHANGES["dfl-dp"][1].update(client_fraction=1.0, client_sampling="poisson")
+
 # issue 36: every study's config carries the rerun key (a finished run is kept unless 'replace'; not in the run hash)
 ADDED_EVERYWHERE = {"rerun": "refuse"}
 

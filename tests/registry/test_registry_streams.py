@@ -92,11 +92,14 @@ def test_lookups_check_the_name_kind_and_fields():
 def test_every_platform_stream_is_documented_and_the_secret_ones_are_listed_apart():
     from privacy import randomness
     from privacy.audit.canaries import STREAM_AUDIT_CANARIES
+    from privacy.sampling import STREAM_CLIENT_SAMPLING
 
     assert all(s.doc for s in streams.STREAMS.values())
     assert streams.NOISE_STREAMS == {"matched-perturbation": randomness.STREAM_MATCHED_PERTURBATION,
                                      "tabular-server": randomness.STREAM_TABULAR_SERVER,
-                                     "dpsgd": randomness.STREAM_DPSGD, "audit-canaries": STREAM_AUDIT_CANARIES}
+                                     "dpsgd": randomness.STREAM_DPSGD, "audit-canaries": STREAM_AUDIT_CANARIES,
+                                     "client-sampling": STREAM_CLIENT_SAMPLING}
+    assert len(set(streams.NOISE_STREAMS.values())) == len(streams.NOISE_STREAMS)  # no two secret streams share a label
 
 
 # --- the same numbers as the old inline expressions
