@@ -8,10 +8,13 @@ issue's AUC target (0.90) holds on the mean and on the interval. See :mod:`flowe
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from flower_apps.common.bench_table import kept_rows_block
 from flower_apps.common.results import read_json
 from flower_apps.ultrasound.report import results_rows
 from flower_apps.ultrasound.sampling_variance import combine, run_ses
@@ -73,8 +76,8 @@ def nodp_table(root: Path) -> str:
     return "\n".join(lines)
 
 
-BLOCKS = {"ultrasound-nodp-table": nodp_table}
-VALUES = {"ultrasound-target": target_values}
+BLOCKS: dict[str, Callable[[Path], str]] = {"ultrasound-nodp-table": nodp_table}
+VALUES: dict[str, Callable[[Path], Mapping[str, str]]] = {"ultrasound-target": target_values}
 
 
 TASK_ORDER = ("normal-vs-abnormal", "benign-vs-malignant", "three-class")
@@ -184,3 +187,260 @@ def dp_values(root: Path) -> Mapping[str, str]:
 
 
 VALUES["ultrasound-dp"] = dp_values
+
+
+METHOD_ORDER = ("fedavg", "fedprox", "fedadam", "centralized", "local")
+METHOD_LABEL = {"fedavg": "FedAvg", "fedprox": "FedProx", "fedadam": "FedAdam", "centralized": "centralized",
+                "local": "local-only"}
+
+
+def _per_class(s: dict[str, Any]) -> str:
+    """Test images of each class called right (the kept confusion matrix's diagonal; rows: true class)."""
+    conf = s["confusion"]
+    return ", ".join(str(conf[i][i]) for i in range(len(conf)))
+
+
+def _class_totals(s: dict[str, Any]) -> str:
+    conf = s["confusion"]
+    return ", ".join(f"{name} {sum(conf[i])}" for i, name in enumerate(s["class_names"]))
+
+
+def per_seed_table(root: Path) -> str:
+    """Every kept run of the 160 px grid, one row per cell and one column group per seed: test accuracy, ROC-AUC,
+    the test images of each class called right (the confusion matrix's diagonal; local-only: summed over the 8
+    clients' models, each scored on the whole test set) and the run's wall time. The prose of docs/ultrasound.md
+    reads its per-seed statements from this table."""
+    runs = [s for s in (read_json(p) for p in sorted((root / GRID).glob("*/summary.json")))
+            if s.get("arch") == "efficientnet_lite0" and s.get("image_size") == 160]
+    if not runs:
+        raise FileNotFoundError(f"no kept run of the cpu grid under {GRID}")
+    cells: dict[tuple[str, str, bool, str], dict[int, dict[str, Any]]] = {}
+    for s in runs:
+        cells.setdefault((s["task"], s["partition"], bool(s["dp_sgd"]), s["method"]), {})[int(s["seed"])] = s
+    seeds = sorted({seed for by_seed in cells.values() for seed in by_seed})
+    head = ["task", "partition", "DP-SGD", "method", "accuracy (%) by seed", "ROC-AUC by seed",
+            "test images called right per class, by seed", "wall (min) by seed"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for key in sorted(cells, key=lambda k: (TASK_ORDER.index(k[0]), k[1], k[2], METHOD_ORDER.index(k[3]))):
+        task, part, dp, method = key
+        by_seed = cells[key]
+
+        def per_seed(fn: Any, by_seed: dict[int, dict[str, Any]] = by_seed) -> str:
+            return " / ".join(fn(by_seed[i]) if i in by_seed else "-" for i in seeds)
+
+        lines.append("| " + " | ".join([
+            TASK_LABEL[task], part, "C = 1.5, z = 2" if dp else "-", METHOD_LABEL[method],
+            per_seed(lambda s: f"{100 * s['test_accuracy']:.1f}"), per_seed(lambda s: f"{s['test_auc']:.3f}"),
+            per_seed(_per_class), per_seed(lambda s: f"{s['wall_seconds'] / 60:.1f}")]) + " |")
+    totals: dict[str, str] = {}
+    for s in runs:
+        totals.setdefault(f"{TASK_LABEL[s['task']]}{' (local-only)' if s['method'] == 'local' else ''}",
+                          _class_totals(s))
+    classes = "; ".join(f"{task}: {totals[task]}" for task in sorted(totals))
+    return "\n".join(lines) + (f"\n\nSeeds {' / '.join(map(str, seeds))}. The per-class cells list the classes in "
+                               f"this order, out of these test images ({classes}; local-only sums the 8 clients' "
+                               f"models, each scored on the whole test set). From `{GRID.as_posix()}/*/summary.json`.")
+
+
+BLOCKS["ultrasound-per-seed"] = per_seed_table
+
+
+def _dp_runs(root: Path) -> list[dict[str, Any]]:
+    runs = [s for s in (read_json(p) for p in sorted((root / GRID).glob("*/summary.json")))
+            if s.get("dp_sgd") and s.get("arch") == "efficientnet_lite0" and s.get("image_size") == 160]
+    if not runs:
+        raise FileNotFoundError(f"no kept DP-SGD run of the cpu grid under {GRID}")
+    return runs
+
+
+def _worst(acc: dict[str, Any], key: str) -> dict[str, Any]:
+    return max(acc["per_client"], key=lambda c: c[key])
+
+
+def dp_eps_table(root: Path) -> str:
+    """Per task and partition: the most exposed client's epsilon under the RDP accountant and under the paper's
+    sqrt(T) formula, each with that client's sampling rate and steps, per seed (the runs' ``accounting``; the
+    three FL methods of one split share it)."""
+    cells: dict[tuple[str, str], dict[int, dict[str, Any]]] = {}
+    for s in _dp_runs(root):
+        cells.setdefault((s["task"], s["partition"]), {}).setdefault(int(s["seed"]), s["accounting"])
+    head = ["task", "partition", "seed", "eps RDP, most exposed client (q, steps)",
+            "eps paper sqrt(T), most exposed client (q, steps)"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for (task, part) in sorted(cells, key=lambda k: (TASK_ORDER.index(k[0]), k[1])):
+        for seed, acc in sorted(cells[(task, part)].items()):
+            r, p = _worst(acc, "eps_rdp"), _worst(acc, "eps_paper_sqrtT")
+            lines.append(f"| {TASK_LABEL[task]} | {part} | {seed} | {r['eps_rdp']:.3g} (client {r['client']}: "
+                         f"{r['sample_rate']:.2g}, {r['steps']}) | {p['eps_paper_sqrtT']:.3g} (client {p['client']}: "
+                         f"{p['sample_rate']:.2g}, {p['steps']}) |")
+    return "\n".join(lines) + f"\n\ndelta = {acc['delta']:g}; from the DP runs' `accounting` in `{GRID.as_posix()}`."
+
+
+BLOCKS["ultrasound-dp-eps"] = dp_eps_table
+
+
+def _signed_range(vals: list[float]) -> str:
+    lo, hi = min(vals), max(vals)
+    return f"{lo:+.1f}" if f"{lo:+.1f}" == f"{hi:+.1f}" else f"{lo:+.1f} to {hi:+.1f}"
+
+
+def grid_values(root: Path) -> Mapping[str, str]:
+    """Prose numbers about the non-DP grid: federated minus centralized accuracy (3-seed means, points) per
+    partition and per task, how many local-only runs end below the majority class, and the DP cost ranges
+    (non-DP mean minus DP mean, points) per task and partition."""
+    summaries = [read_json(p) for p in sorted((root / GRID).glob("*/summary.json"))]
+    rows = {dp: [r for r in results_rows(summaries, dp=dp) if r["scale"] == SCALE and r["arch"] == "efficientnet_lite0"]
+            for dp in (False, True)}
+    by = {(r["task"], r["partition"], r["method"]): r for r in rows[False]}
+    out: dict[str, str] = {}
+    fl = [r for r in rows[False] if r["method"] not in ("Centralized", "Local-only")]
+    if not fl:
+        raise FileNotFoundError(f"no kept federated run of the cpu grid under {GRID}")
+    central = {k[:2]: r for k, r in by.items() if k[2] == "Centralized"}
+    local = {k[:2]: r for k, r in by.items() if k[2] == "Local-only"}
+    for part in ("iid", "non-iid"):
+        deltas = {t: [r["_accuracy"].mean - central[(t, part)]["_accuracy"].mean for r in fl
+                      if r["task"] == t and r["partition"] == part] for t in TASK_ORDER}
+        out[f"fl_minus_central.{part}"] = _signed_range([d for ds in deltas.values() for d in ds])
+        for t, ds in deltas.items():
+            out[f"fl_minus_central.{part}.{t}"] = _signed_range(ds)
+        below = [fr["_accuracy"].mean < local[(t, part)]["_accuracy"].mean for t in TASK_ORDER for fr in fl
+                 if fr["task"] == t and fr["partition"] == part]
+        out[f"local_below_every_fl.{part}"] = "yes" if all(not b for b in below) else "no"
+    widths = sorted(r["_accuracy"].ci_high - r["_accuracy"].ci_low for r in rows[False])
+    out["nodp.acc_ci_width"] = f"{widths[0]:.0f}-{widths[-1]:.0f}"
+    out["nodp.acc_ci_width_median"] = f"{float(np.median(widths)):.0f}"
+    for part in ("iid", "non-iid"):  # three classes: normal test images the federated models call normal
+        right = [s["confusion"][0][0] for s in summaries if s.get("task") == "three-class" and s.get("image_size") == 160
+                 and s.get("partition") == part and not s.get("dp_sgd") and s.get("mode") == "federated"]
+        if right:
+            out[f"three_class.normal_right.{part}"] = (f"{min(right)}-{max(right)} of 13 (mean {sum(right) / len(right):.1f} "
+                                                       f"over {len(right)} runs)")
+    local_runs = [s for s in summaries if s.get("method") == "local" and s.get("partition") == "non-iid"
+                  and s.get("image_size") == 160]
+    out["local_noniid_below_majority"] = (f"{sum(_below_majority(s) for s in local_runs)} of {len(local_runs)}")
+    for t in TASK_ORDER:
+        for part in ("iid", "non-iid"):
+            pairs = [(by[(r["task"], r["partition"], r["method"])], r) for r in rows[True]
+                     if r["task"] == t and r["partition"] == part]
+            acc = [b["_accuracy"].mean - d["_accuracy"].mean for b, d in pairs]
+            auc = [b["_auc"].mean - d["_auc"].mean for b, d in pairs]
+            out[f"dp_cost.{t}.{part}.accuracy"] = f"{min(acc):.1f} to {max(acc):.1f}"
+            out[f"dp_cost.{t}.{part}.auc"] = f"{min(auc):.1f} to {max(auc):.1f}"
+    return out
+
+
+def _below_majority(s: dict[str, Any]) -> bool:
+    conf = s["confusion"]
+    return s["test_accuracy"] < max(sum(row) for row in conf) / sum(sum(row) for row in conf)
+
+
+VALUES["ultrasound-grid"] = grid_values
+
+
+# The study's kept benchmark rows (results_bench/benchmarks.json, python -m benchmarks): docs/ultrasound.md's
+# "Measured speed-ups" and "DP-SGD overhead".
+BLOCKS["ultrasound-bench"] = kept_rows_block(("channels-last", "centralized-threads", "dp-frozen-prefix",
+                                              "dp-head-feature-cache"))
+BLOCKS["ultrasound-dpsgd-bench"] = kept_rows_block(("dpsgd-overhead",))
+
+
+AUDIT_SMOKE = Path("results_audit") / "smoke"
+
+
+def audit_smoke_table(root: Path) -> str:
+    """The kept smoke-scale audited ultrasound runs (``flower_apps.ultrasound.audit.audit_rows``): gradient
+    canaries on the DP-SGD run (the audit with a verdict), random-pixel and mislabelled input-space canaries."""
+    from flower_apps.ultrasound.audit import audit_rows
+    from flower_apps.ultrasound.report import load_summaries
+
+    rows = audit_rows(load_summaries(root / AUDIT_SMOKE))
+    if not rows:
+        raise FileNotFoundError(f"no audited ultrasound runs under {AUDIT_SMOKE}/ultrasound/runs")
+    head: list[str] = []
+    for r in rows:
+        head += [c for c in r if c not in head and c not in ("run", "method")]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(str(r.get(c, "-")) for c in head) + " |" for r in rows]
+    return "\n".join(lines) + f"\n\nKept: `{AUDIT_SMOKE.as_posix()}/ultrasound/runs/` ({', '.join(r['run'] for r in rows)})."
+
+
+BLOCKS["ultrasound-audit-smoke"] = audit_smoke_table
+
+
+def audit_values(root: Path) -> Mapping[str, str]:
+    """The one-run audit's ceiling: the largest epsilon m canaries can certify when every guess is right (95%,
+    Bonferroni over the four k choices), computed by the audit's own statistics (privacy.audit.example_level)."""
+    from privacy.audit.example_level import audit_from_scores
+
+    out = {}
+    for m in (16, 32, 64, 128, 1000):
+        included = np.arange(m) % 2 == 0
+        out[f"ceiling.{m}"] = f"{audit_from_scores(included.astype(float), included, 1e-5).eps_lower:.2f}"
+    return out
+
+
+VALUES["ultrasound-audit"] = audit_values
+
+
+ATTACKS = Path("results_reduced") / "ultrasound-attacks" / "ultrasound"
+
+
+def card_table(root: Path) -> str:
+    """The report card at smoke scale: the card's own rows (flower_apps.ultrasound.card) of the kept attacked runs."""
+    from flower_apps.common.report_card import build_card
+    from flower_apps.common.tables import markdown_table
+    from flower_apps.ultrasound.card import CARD
+
+    records = CARD.collect(root / ATTACKS)
+    if not records:
+        raise FileNotFoundError(f"no kept attacked runs under {ATTACKS}/runs")
+    return (markdown_table(build_card(CARD, records), "card").split("\n", 2)[2].rstrip("\n")
+            + f"\n\nKept: `{ATTACKS.as_posix()}/runs/` (`attacks_mia.json`, `attacks_inversion.json` per run).")
+
+
+def attack_values(root: Path) -> Mapping[str, str]:
+    """Prose numbers beside the smoke card, per run (``nodp`` / ``dp``): the strongest membership attack's AUC
+    and name (flower_apps.common.report_card.strongest_mia), the members attacked, the best inversion attack's
+    mean SSIM in the view that run releases and the PSNR range of its reconstructions."""
+    from flower_apps.common.report_card import attack_rows, best_ssim, strongest_mia
+
+    out: dict[str, str] = {}
+    for run in sorted((root / ATTACKS / "runs").glob("*")):
+        s = read_json(run / "summary.json")
+        key = "dp" if s.get("dp_sgd") else "nodp"
+        mia_rows = attack_rows(read_json(run / "attacks_mia.json"))
+        mia = strongest_mia(mia_rows)
+        out[f"{key}.mia_auc"] = f"{mia['mia_auc']:.3f}"
+        out[f"{key}.mia_attack"] = mia["mia_attack"]
+        out[f"{key}.members"] = str(max(int(r.get("n_target_members", 0)) for r in mia_rows))
+        view = "dp-sgd" if s.get("dp_sgd") else "gradient"
+        inv = [r for r in attack_rows(read_json(run / "attacks_inversion.json")) if r.get("view") == view]
+        ssim = best_ssim(inv)
+        out[f"{key}.ssim_max"] = "-" if ssim is None else f"{ssim:.3f}"
+        psnr = [float(r["psnr"]) for r in inv if r.get("psnr") is not None]
+        out[f"{key}.psnr"] = f"{min(psnr):.1f}-{max(psnr):.1f}" if psnr else "-"
+    if not out:
+        raise FileNotFoundError(f"no kept attacked runs under {ATTACKS}/runs")
+    return out
+
+
+BLOCKS["ultrasound-card"] = card_table
+VALUES["ultrasound-attacks"] = attack_values
+
+
+PROBE = Path("results_bench") / "ultrasound_linear_probe.json"
+
+
+def probe_table(root: Path) -> str:
+    """The linear probe of the offline Lite0 weights (benchmarks/ultrasound_linear_probe.py --keep)."""
+    rec = read_json(root / PROBE)
+    lines = ["| image size | ROC-AUC, ImageNet weights | ROC-AUC, random init (reference) | ratio |", "|---|---|---|---|"]
+    lines += [f"| {r['image_size']} px | {r['auc_imagenet']:.3f} | {r['auc_random_init']:.3f} | {r['ratio']:.2f}x |"
+              for r in rec["rows"]]
+    return "\n".join(lines) + (f"\n\n{rec['task']}, {rec['per_class']} + {rec['per_class']} images, {rec['folds']}-fold "
+                               f"cross-validated logistic regression on the pooled features; measured {rec['date'][:10]} "
+                               f"by `{rec['benchmark']}`, kept in `{PROBE.as_posix()}`.")
+
+
+BLOCKS["ultrasound-linear-probe"] = probe_table

@@ -145,3 +145,17 @@ def load_lite0_imagenet(model: nn.Module) -> str:
     digest = hashlib.sha256(path.read_bytes()).hexdigest()[:12]
     version = importlib.metadata.version(LITE0_WHEEL)
     return f"imagenet (pip wheel {LITE0_WHEEL}=={version}: {path.name}, sha256 {digest}...)"
+
+
+def linear_probe_auc(features, labels, c: float = 0.1, seed: int = 0) -> float:
+    """Stratified 5-fold cross-validated ROC-AUC of a standardised, L2-regularised (``C = c``) logistic regression
+    on fixed features: the check that loaded weights are ImageNet features (they must rank a medical task clearly
+    better than the same network's random-init features). Used by the test and benchmarks/ultrasound_linear_probe.py."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.model_selection import StratifiedKFold, cross_val_score
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    probe = make_pipeline(StandardScaler(), LogisticRegression(max_iter=3000, C=c))
+    return float(cross_val_score(probe, features, labels, cv=StratifiedKFold(5, shuffle=True, random_state=seed),
+                                 scoring="roc_auc").mean())

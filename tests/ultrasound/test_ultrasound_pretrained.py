@@ -126,27 +126,16 @@ def _busi_or_skip():
     return load_busi(root)
 
 
-def _probe_auc(features: np.ndarray, y: np.ndarray) -> float:
-    from sklearn.linear_model import LogisticRegression
-    from sklearn.model_selection import StratifiedKFold, cross_val_score
-    from sklearn.pipeline import make_pipeline
-    from sklearn.preprocessing import StandardScaler
-
-    probe = make_pipeline(StandardScaler(), LogisticRegression(max_iter=3000, C=0.1))
-    return float(cross_val_score(probe, features, y, cv=StratifiedKFold(5, shuffle=True, random_state=0),
-                                 scoring="roc_auc").mean())
-
-
 @needs_wheel
 def test_linear_probe_pretrained_features_beat_random_init_on_busi():
-    """Benign vs malignant, 60 + 60 BUSI images at 128 px, 5-fold logistic regression on pooled features.
-
-    Measured: AUC 0.76 (ImageNet) vs 0.56 (random init, same seed). A wrong mapping (e.g. swapped BN
-    statistics) destroys the features and lands at the random-init level.
+    """Benign vs malignant, 60 + 60 BUSI images at 128 px, 5-fold logistic regression on pooled features
+    (benchmarks/ultrasound_linear_probe.py measures the same at several sizes and keeps it). A wrong mapping
+    (e.g. swapped BN statistics) destroys the features and lands at the random-init level.
     """
     import cv2
 
     from datasets.transforms import to_model_input
+    from flower_apps.ultrasound.pretrained import linear_probe_auc
 
     data = _busi_or_skip()
     rng = np.random.default_rng(0)
@@ -160,7 +149,7 @@ def test_linear_probe_pretrained_features_beat_random_init_on_busi():
         assert info["pretrained_loaded"] is pretrained_
         model.reset_classifier(0)
         with torch.no_grad():
-            aucs[pretrained_] = _probe_auc(model.eval()(x).numpy(), y)
+            aucs[pretrained_] = linear_probe_auc(model.eval()(x).numpy(), y)
     assert aucs[True] >= 0.70, aucs
     assert aucs[True] >= aucs[False] + 0.10, aucs
 
