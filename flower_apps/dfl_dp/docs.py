@@ -150,6 +150,9 @@ def protocol_values(root: Path) -> Mapping[str, str]:
             out[f"{k}.clip1_s0"] = f"{runs[0]['clip_frequency_pct']:.1f}"
             sigma = runs[0]["accounting"]["sigma_abs"]
             out[f"{k}.noise_norm"] = f"{sigma * math.sqrt(params):.1f}"
+            # seed 0's mean client-update norm over the norm of the round's noise vector
+            snr0 = statistics.fmean(r["update_norm_mean"] for r in runs[0]["rounds"]) / (sigma * math.sqrt(params))
+            out[f"{k}.snr0"] = f"{snr0:.2f}"
             out[f"{k}.eps"] = f"{runs[0]['accounting']['eps_total']:.1f}"
             out[f"{k}.sigma"] = f"{runs[0]['accounting']['sigma_abs']:.4f}"
             out[f"{k}.median_norm_11_100"] = " / ".join(
