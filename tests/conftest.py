@@ -71,6 +71,18 @@ class FakeGrid:
     def send_and_receive(self, messages, *, timeout=None):
         return self.pull_messages(self.push_messages(messages))
 
+    def run_round(self, strategy, arrays, rnd: int = 1) -> tuple:
+        """One training round of ``strategy`` on this grid from the model ``arrays`` (name -> ndarray):
+        (aggregated ArrayRecord or None, metrics, the messages it sent)."""
+        from flwr.app import ConfigRecord
+
+        from strategies.records import from_numpy
+
+        g = strategy.prepare_grid(self)
+        msgs = list(strategy.configure_train(rnd, from_numpy(arrays), ConfigRecord({"run-config": "{}"}), g))
+        replies = g.send_and_receive(msgs, timeout=5)
+        return (*strategy.aggregate_train(rnd, replies), msgs)
+
 
 @pytest.fixture
 def fake_grid_cls():

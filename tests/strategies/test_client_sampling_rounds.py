@@ -4,7 +4,7 @@ from collections import OrderedDict
 
 import numpy as np
 import pytest
-from flwr.app import ConfigRecord, Message, MetricRecord, RecordDict
+from flwr.app import Message, MetricRecord, RecordDict
 from scipy import stats
 
 from privacy.audit.canaries import make_canaries
@@ -46,11 +46,7 @@ def step_handler(chain: bool = False, forge: dict[int, list[int]] | None = None,
 
 
 def one_round(strategy, grid, arrays: OrderedDict, rnd: int = 1):
-    g = strategy.prepare_grid(grid)
-    msgs = list(strategy.configure_train(rnd, from_numpy(arrays), ConfigRecord({"run-config": "{}"}), g))
-    replies = g.send_and_receive(msgs, timeout=5)
-    out = strategy.aggregate_train(rnd, replies)
-    return (*out, msgs)
+    return grid.run_round(strategy, arrays, rnd)
 
 
 def sampler(scheme: str, q: float, n: int, seed: int = 0, extra: int = 0) -> CohortSampler:

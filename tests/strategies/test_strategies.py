@@ -58,10 +58,7 @@ def make_handler(framework: str, client_models: dict[int, OrderedDict] | None = 
 
 
 def one_round(strategy, grid, arrays: OrderedDict, rnd: int = 1):
-    g = strategy.prepare_grid(grid)
-    msgs = list(strategy.configure_train(rnd, from_numpy(arrays), ConfigRecord({"run-config": "{}"}), g))
-    replies = g.send_and_receive(msgs, timeout=5)
-    return strategy.aggregate_train(rnd, replies)
+    return grid.run_round(strategy, arrays, rnd)[:2]
 
 
 def test_fl_aggregate_is_mean_of_client_models(fake_grid_cls):
