@@ -123,9 +123,10 @@ BLOCKS["ultrasound-dp-table"] = dp_table
 PAPER_QUOTES = Path("results_paper") / "ultrasound" / "paper_quotes.json"
 
 
-def _span(vals: list[float]) -> str:
-    lo, hi = min(vals), max(vals)
-    return f"{lo:.2f}" if f"{lo:.2f}" == f"{hi:.2f}" else f"{lo:.2f}-{hi:.2f}"
+def _range(vals: list[float], fmt: str = "{:.2f}", sep: str = "-") -> str:
+    """``lo-hi`` in ``fmt`` (one value when both print the same)."""
+    lo, hi = fmt.format(min(vals)), fmt.format(max(vals))
+    return lo if lo == hi else f"{lo}{sep}{hi}"
 
 
 def paper_table(root: Path) -> str:
@@ -150,8 +151,8 @@ def paper_table(root: Path) -> str:
             acc = f"{c['_accuracy'].mean:.2f} [{c['_accuracy'].ci_low:.2f}, {c['_accuracy'].ci_high:.2f}] ({seed_text})"
             auc = f"{c['_auc'].mean:.2f} [{c['_auc'].ci_low:.2f}, {c['_auc'].ci_high:.2f}]"
         else:
-            acc = f"{_span([c['_accuracy'].mean for c in cells])} (means; {seed_text})"
-            auc = _span([c["_auc"].mean for c in cells])
+            acc = f"{_range([c['_accuracy'].mean for c in cells])} (means; {seed_text})"
+            auc = _range([c["_auc"].mean for c in cells])
         lines.append("| " + " | ".join([TASK_LABEL[q["task"]], q["setting"], acc, auc,
                                         f"{cells[0]['_majority']:.2f}", q["paper"]]) + " |")
     return "\n".join(lines)
@@ -160,19 +161,11 @@ def paper_table(root: Path) -> str:
 BLOCKS["ultrasound-paper-table"] = paper_table
 
 
-def _range(vals: list[float], fmt: str) -> str:
-    lo, hi = fmt.format(min(vals)), fmt.format(max(vals))
-    return lo if lo == hi else f"{lo}-{hi}"
-
-
 def dp_values(root: Path) -> Mapping[str, str]:
     """The prose numbers about the grid's DP-SGD runs: the epsilon ranges (RDP and the paper's sqrt(T) formula,
     worst client per run) and, on normal vs abnormal, the per-run AUC range, the run count and the accuracy that
     every one of those runs scores (the always-abnormal rate, when they all predict one class)."""
-    runs = [s for s in (read_json(p) for p in sorted((root / GRID).glob("*/summary.json")))
-            if s.get("dp_sgd") and s.get("arch") == "efficientnet_lite0" and s.get("image_size") == 160]
-    if not runs:
-        raise FileNotFoundError(f"no kept DP-SGD run of the cpu grid under {GRID}")
+    runs = _dp_runs(root)
     nva = [s for s in runs if s["task"] == "normal-vs-abnormal"]
     accs = {f"{100 * s['test_accuracy']:.2f}" for s in nva}
     specs = {float(s["test_specificity"]) for s in nva}
@@ -279,11 +272,6 @@ def dp_eps_table(root: Path) -> str:
 BLOCKS["ultrasound-dp-eps"] = dp_eps_table
 
 
-def _signed_range(vals: list[float]) -> str:
-    lo, hi = min(vals), max(vals)
-    return f"{lo:+.1f}" if f"{lo:+.1f}" == f"{hi:+.1f}" else f"{lo:+.1f} to {hi:+.1f}"
-
-
 def grid_values(root: Path) -> Mapping[str, str]:
     """Prose numbers about the non-DP grid: federated minus centralized accuracy (3-seed means, points) per
     partition and per task, how many local-only runs end below the majority class, and the DP cost ranges
@@ -301,9 +289,9 @@ def grid_values(root: Path) -> Mapping[str, str]:
     for part in ("iid", "non-iid"):
         deltas = {t: [r["_accuracy"].mean - central[(t, part)]["_accuracy"].mean for r in fl
                       if r["task"] == t and r["partition"] == part] for t in TASK_ORDER}
-        out[f"fl_minus_central.{part}"] = _signed_range([d for ds in deltas.values() for d in ds])
+        out[f"fl_minus_central.{part}"] = _range([d for ds in deltas.values() for d in ds], "{:+.1f}", " to ")
         for t, ds in deltas.items():
-            out[f"fl_minus_central.{part}.{t}"] = _signed_range(ds)
+            out[f"fl_minus_central.{part}.{t}"] = _range(ds, "{:+.1f}", " to ")
         below = [fr["_accuracy"].mean < local[(t, part)]["_accuracy"].mean for t in TASK_ORDER for fr in fl
                  if fr["task"] == t and fr["partition"] == part]
         out[f"local_below_every_fl.{part}"] = "yes" if all(not b for b in below) else "no"
